@@ -1,0 +1,199 @@
+//! Reference quantization of f32 activation rows to Q8_0, Q8_1 and Q8_K, rounding exactly as
+//! llama.cpp's `quantize_row_q8_0_ref` / `q8_1_ref` (round half away from zero) and
+//! `quantize_row_q8_K_ref` (round half to even).
+
+use half::f16;
+
+use crate::blocks::*;
+use crate::{GgmlType, QuantError};
+
+fn check_blocks(ty: GgmlType, x: &[f32], n_blocks: usize, bs: usize) -> Result<(), QuantError> {
+    if !x.len().is_multiple_of(bs) {
+        return Err(QuantError::NotBlockMultiple {
+            ty,
+            n_elements: x.len(),
+        });
+    }
+    crate::error::check_len(ty, "output blocks", x.len() / bs, n_blocks)
+}
+
+/// The absolute maximum of a block and the Q8_0-style scale / inverse scale.
+#[inline]
+fn q8_scale(x: &[f32]) -> (f32, f32) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    (d, id)
+}
+
+/// Quantizes `x` (a multiple of 32 elements) into `y` (`x.len() / 32` blocks).
+pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) -> Result<(), QuantError> {
+    check_blocks(GgmlType::Q8_0, x, y.len(), QK)?;
+    for (b, xb) in y.iter_mut().zip(x.chunks_exact(QK)) {
+        let (d, id) = q8_scale(xb);
+        b.d = f16::from_f32(d);
+        for (q, &v) in b.qs.iter_mut().zip(xb) {
+            // NOTE: f32::round rounds half away from zero, like C roundf.
+            *q = (v * id).round() as i8;
+        }
+    }
+    Ok(())
+}
+
+/// Quantizes `x` into Q8_1 blocks, with `s = d * sum(qs)` as llama.cpp stores it.
+pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) -> Result<(), QuantError> {
+    check_blocks(GgmlType::Q8_1, x, y.len(), QK)?;
+    for (b, xb) in y.iter_mut().zip(x.chunks_exact(QK)) {
+        let (d, id) = q8_scale(xb);
+        b.d = f16::from_f32(d);
+        let mut sum = 0i32;
+        for (q, &v) in b.qs.iter_mut().zip(xb) {
+            *q = (v * id).round() as i8;
+            sum += *q as i32;
+        }
+        b.s = f16::from_f32(sum as f32 * d);
+    }
+    Ok(())
+}
+
+/// Quantizes `x` (a multiple of 256 elements) into Q8_K blocks with their group sums.
+pub fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8_K]) -> Result<(), QuantError> {
+    check_blocks(GgmlType::Q8_K, x, y.len(), QK_K)?;
+    for (b, xb) in y.iter_mut().zip(x.chunks_exact(QK_K)) {
+        // The signed value of largest magnitude (first one on ties), as the reference keeps it.
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in xb {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            b.d = 0.0;
+            b.qs = [0; QK_K];
+            b.bsums = [0; QK_K / 16];
+            continue;
+        }
+        let iscale = -127.0 / max;
+        for (q, &v) in b.qs.iter_mut().zip(xb) {
+            // NOTE: ggml's nearest_int rounds half to even; the clamp mirrors MIN(127, v).
+            *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+        }
+        for (s, g) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+            *s = g.iter().map(|&q| q as i16).sum();
+        }
+        b.d = 1.0 / iscale;
+    }
+    Ok(())
+}
+
+/// Quantizes one activation row `x` to type `act` (Q8_0, Q8_1, Q8_K, F32, F16 or BF16),
+/// writing its bytes to `dst` (any alignment).
+pub fn quantize_activations(act: GgmlType, x: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    let expected = crate::error::row_bytes(act, x.len())?;
+    crate::error::check_len(act, "quantized activation bytes", expected, dst.len())?;
+    match act {
+        GgmlType::Q8_0 => per_block(x, dst, quantize_row_q8_0),
+        GgmlType::Q8_1 => per_block(x, dst, quantize_row_q8_1),
+        GgmlType::Q8_K => per_block(x, dst, quantize_row_q8_k),
+        GgmlType::F32 => {
+            for (d, v) in dst.chunks_exact_mut(4).zip(x) {
+                d.copy_from_slice(&v.to_le_bytes());
+            }
+            Ok(())
+        }
+        GgmlType::F16 => {
+            match bytemuck::try_cast_slice_mut::<u8, f16>(dst) {
+                Ok(d) => crate::f16_conv::f32_to_f16_slice(x, d),
+                Err(_) => {
+                    for (d, v) in dst.chunks_exact_mut(2).zip(x) {
+                        d.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
+                    }
+                }
+            }
+            Ok(())
+        }
+        GgmlType::BF16 => {
+            for (d, v) in dst.chunks_exact_mut(2).zip(x) {
+                d.copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
+            }
+            Ok(())
+        }
+        _ => Err(QuantError::Unsupported {
+            ty: act,
+            op: "activation quantization",
+        }),
+    }
+}
+
+/// Quantizes block by block through an aligned local block, so `dst` needs no alignment.
+fn per_block<B: bytemuck::Pod>(
+    x: &[f32],
+    dst: &mut [u8],
+    f: fn(&[f32], &mut [B]) -> Result<(), QuantError>,
+) -> Result<(), QuantError> {
+    let n_blocks = dst.len() / std::mem::size_of::<B>();
+    let bs = x.len() / n_blocks.max(1);
+    let mut block = [B::zeroed()];
+    for (xb, db) in x
+        .chunks_exact(bs.max(1))
+        .zip(dst.chunks_exact_mut(std::mem::size_of::<B>()))
+    {
+        f(xb, &mut block)?;
+        db.copy_from_slice(bytemuck::bytes_of(&block[0]));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytemuck::Zeroable;
+
+    #[test]
+    fn q8_0_rounds_half_away_from_zero() {
+        // amax 127 gives d = 1, id = 1, so x * id is exact and the rounding rule shows.
+        let mut x = [0f32; 32];
+        x[0] = 127.0;
+        x[1] = 2.5;
+        x[2] = -2.5;
+        x[3] = 0.49;
+        let mut y = [BlockQ8_0::zeroed(); 1];
+        quantize_row_q8_0(&x, &mut y).unwrap();
+        assert_eq!(y[0].d.to_f32(), 1.0);
+        assert_eq!(&y[0].qs[..4], &[127, 3, -3, 0]);
+    }
+
+    #[test]
+    fn q8_1_stores_scaled_sum() {
+        let x: Vec<f32> = (0..32).map(|i| i as f32 - 10.0).collect();
+        let mut y = [BlockQ8_1::zeroed(); 1];
+        quantize_row_q8_1(&x, &mut y).unwrap();
+        let d = 21.0f32 / 127.0;
+        let sum: i32 = y[0].qs.iter().map(|&q| q as i32).sum();
+        assert_eq!(y[0].d, f16::from_f32(d));
+        assert_eq!(y[0].s, f16::from_f32(sum as f32 * d));
+        assert_eq!(y[0].qs[31], 127);
+    }
+
+    #[test]
+    fn q8_k_rounds_half_to_even_and_sums_groups() {
+        // max = -127 gives iscale = 1, so values pass through and ties show the rounding.
+        let mut x = [0f32; 256];
+        x[0] = -127.0;
+        x[1] = 2.5;
+        x[2] = 3.5;
+        x[3] = -0.5;
+        x[16] = 100.0;
+        let mut y = [BlockQ8_K::zeroed(); 1];
+        quantize_row_q8_k(&x, &mut y).unwrap();
+        assert_eq!(y[0].d, 1.0);
+        assert_eq!(&y[0].qs[..4], &[-127, 2, 4, 0]);
+        assert_eq!(y[0].bsums[0], -127 + 2 + 4);
+        assert_eq!(y[0].bsums[1], 100);
+        let zeros = [0f32; 256];
+        quantize_row_q8_k(&zeros, &mut y).unwrap();
+        assert_eq!(y[0].d, 0.0);
+        assert!(quantize_row_q8_k(&zeros[..100], &mut y).is_err());
+    }
+}
