@@ -1,0 +1,131 @@
+//! The sampler: runs the processor chain and draws a token.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::candidates::Candidates;
+use crate::math::argmax;
+use crate::params::{SamplerError, SamplingParams};
+use crate::processors::{apply_penalties, apply_temperature, min_p, penalties_enabled, top_p};
+
+/// One sequence's sampler: the parameters, a seeded RNG and reusable scratch.
+///
+/// Deterministic for a given seed: ChaCha8 produces the same stream on every platform,
+/// and every sort in the chain is by a total order (logit, then id).
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    seed: u64,
+    rng: ChaCha8Rng,
+    /// [n_vocab] candidate buffer, reused across calls.
+    cands: Candidates,
+    /// [n_vocab] penalized copy of the logits, reused across calls (penalties only).
+    penalized: Vec<f32>,
+}
+
+impl Sampler {
+    /// Validates `params` and seeds the RNG (`seed: None` draws a seed from the OS).
+    pub fn new(params: SamplingParams) -> Result<Self, SamplerError> {
+        params.validate()?;
+        let seed = params.seed.unwrap_or_else(rand::random);
+        Ok(Self {
+            params,
+            seed,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            cands: Candidates::new(),
+            penalized: Vec::new(),
+        })
+    }
+
+    /// The parameters this sampler runs with.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// The seed in use (the drawn one when `params.seed` was `None`), for reproducing a run.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Picks the next token from `logits` (`[n_vocab]`). `history` = previous tokens of
+    /// this sequence (prompt + generated), for the penalties. Returns 0 for empty logits.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let Self {
+            params: p,
+            rng,
+            cands,
+            penalized,
+            ..
+        } = self;
+        let logits = if penalties_enabled(p) {
+            penalized.clear();
+            penalized.extend_from_slice(logits);
+            apply_penalties(penalized, history, p);
+            &penalized[..]
+        } else {
+            logits
+        };
+        if p.temperature == 0.0 {
+            return argmax(logits);
+        }
+        // fill_top_k is the top_k stage: it leaves exactly the top_k best candidates.
+        cands.fill_top_k(logits, p.top_k);
+        top_p(cands, p.top_p);
+        min_p(cands, p.min_p);
+        apply_temperature(cands, p.temperature);
+        draw(cands, rng)
+    }
+}
+
+/// Softmax over the candidates and one draw. Weights are `exp(logit - max)` summed in
+/// f64; +inf candidates share all the mass; with no finite weight the best candidate
+/// (lowest id among equals) is returned without using the RNG.
+fn draw(cands: &Candidates, rng: &mut ChaCha8Rng) -> u32 {
+    let items = cands.as_slice();
+    match items {
+        [] => return 0,
+        [only] => return only.id,
+        _ => {}
+    }
+    let max = cands.max_logit();
+    let weight = |l: f32| -> f64 {
+        if max == f32::INFINITY {
+            f64::from(u8::from(l == f32::INFINITY))
+        } else {
+            f64::from((l - max).exp())
+        }
+    };
+    if max == f32::NEG_INFINITY {
+        return best_id(cands);
+    }
+    let total: f64 = items.iter().map(|c| weight(c.logit)).sum();
+    let target = rng.gen::<f64>() * total;
+    let mut cum = 0.0;
+    let mut last_positive = None;
+    for c in items {
+        let w = weight(c.logit);
+        if w > 0.0 {
+            cum += w;
+            last_positive = Some(c.id);
+            if cum > target {
+                return c.id;
+            }
+        }
+    }
+    // NOTE: reached only if rounding left `cum` a hair under `target`.
+    last_positive.unwrap_or_else(|| best_id(cands))
+}
+
+fn best_id(cands: &Candidates) -> u32 {
+    let items = cands.as_slice();
+    let max = cands.max_logit();
+    items
+        .iter()
+        .filter(|c| c.logit == max)
+        .map(|c| c.id)
+        .min()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests;
