@@ -184,19 +184,7 @@ impl ValueReader<'_, '_> {
                     }
                 }
             }
-            ValueType::String => {
-                let offset = cur.offset();
-                let bytes = cur.string_bytes(what)?;
-                match std::str::from_utf8(bytes) {
-                    Ok(s) => Value::String(s.to_owned()),
-                    Err(_) => {
-                        return Err(GgufError::Invalid(format!(
-                            "{}: string at offset {offset} is not valid UTF-8",
-                            what()
-                        )))
-                    }
-                }
-            }
+            ValueType::String => Value::String(self.read_string(element)?),
             ValueType::Array => Value::Array(self.read_array(depth + 1, element)?),
         })
     }
@@ -233,13 +221,77 @@ impl ValueReader<'_, '_> {
             )));
         }
         *self.element_budget -= count;
-        // NOTE: count * min_encoded_size <= bytes remaining, so this allocation is bounded by
-        // (a small multiple of) the file size, never by the claimed count alone.
+        // NOTE: count * min_encoded_size <= bytes remaining, so every allocation below is
+        // bounded by (a small multiple of) the file size, never by the claimed count alone.
+        if let Some(items) = self.read_fixed_size_array(elem_ty, needed, what)? {
+            return Ok(items);
+        }
         let mut items = Vec::with_capacity(count as usize);
+        if elem_ty == ValueType::String {
+            // NOTE: a dedicated loop for vocabularies (262k strings); same checks as `read`.
+            for i in 0..count {
+                items.push(Value::String(self.read_string(Some(i))?));
+            }
+            return Ok(items);
+        }
         for i in 0..count {
             items.push(self.read(elem_ty, depth, Some(i))?);
         }
         Ok(items)
+    }
+
+    fn read_string(&mut self, element: Option<u64>) -> Result<String, GgufError> {
+        let (key_index, key) = (self.key_index, self.key);
+        let what: What = &|| describe_value(key_index, key, element);
+        let offset = self.cur.offset();
+        let bytes = self.cur.string_bytes(what)?;
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Ok(s.to_owned()),
+            Err(_) => Err(GgufError::Invalid(format!(
+                "{}: string at offset {offset} is not valid UTF-8",
+                what()
+            ))),
+        }
+    }
+
+    /// Fast path for arrays of fixed-size numbers: one bounds check for the whole array, then a
+    /// tight decode loop (vocabulary scores and token types have 262k entries). `None` for
+    /// other element types.
+    fn read_fixed_size_array(
+        &mut self,
+        elem_ty: ValueType,
+        n_bytes: u64,
+        what: What,
+    ) -> Result<Option<Vec<Value>>, GgufError> {
+        fn decode<const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> Value) -> Vec<Value> {
+            bytes
+                .chunks_exact(N)
+                // NOTE: chunks_exact yields slices of exactly N bytes.
+                .map(|c| f(c.try_into().expect("chunk of N bytes")))
+                .collect()
+        }
+        let items = match elem_ty {
+            ValueType::Bool | ValueType::String | ValueType::Array => return Ok(None),
+            _ => {
+                let bytes = self.cur.take(n_bytes, what)?;
+                match elem_ty {
+                    ValueType::U8 => bytes.iter().map(|&b| Value::U8(b)).collect(),
+                    ValueType::I8 => bytes.iter().map(|&b| Value::I8(b as i8)).collect(),
+                    ValueType::U16 => decode(bytes, |b| Value::U16(u16::from_le_bytes(b))),
+                    ValueType::I16 => decode(bytes, |b| Value::I16(i16::from_le_bytes(b))),
+                    ValueType::U32 => decode(bytes, |b| Value::U32(u32::from_le_bytes(b))),
+                    ValueType::I32 => decode(bytes, |b| Value::I32(i32::from_le_bytes(b))),
+                    ValueType::F32 => decode(bytes, |b| Value::F32(f32::from_le_bytes(b))),
+                    ValueType::U64 => decode(bytes, |b| Value::U64(u64::from_le_bytes(b))),
+                    ValueType::I64 => decode(bytes, |b| Value::I64(i64::from_le_bytes(b))),
+                    ValueType::F64 => decode(bytes, |b| Value::F64(f64::from_le_bytes(b))),
+                    ValueType::Bool | ValueType::String | ValueType::Array => {
+                        unreachable!("handled above")
+                    }
+                }
+            }
+        };
+        Ok(Some(items))
     }
 }
 

@@ -202,11 +202,34 @@ impl fmt::Display for Value {
 
 fn write_string(f: &mut fmt::Formatter<'_>, s: &str, full: bool) -> fmt::Result {
     let n_chars = s.chars().count();
-    if full || n_chars <= DISPLAY_MAX_STRING_CHARS {
-        return write!(f, "\"{}\"", s.escape_debug());
+    let shown = if full {
+        n_chars
+    } else {
+        n_chars.min(DISPLAY_MAX_STRING_CHARS)
+    };
+    f.write_str("\"")?;
+    for c in s.chars().take(shown) {
+        write_escaped(f, c)?;
     }
-    let head: String = s.chars().take(DISPLAY_MAX_STRING_CHARS).collect();
-    write!(f, "\"{}\"... ({n_chars} chars)", head.escape_debug())
+    f.write_str("\"")?;
+    if shown < n_chars {
+        write!(f, "... ({n_chars} chars)")?;
+    }
+    Ok(())
+}
+
+/// Escapes quotes, backslashes and control characters; everything else (including `'` and
+/// non-ASCII text such as `▁the`) is printed as is.
+fn write_escaped(f: &mut fmt::Formatter<'_>, c: char) -> fmt::Result {
+    match c {
+        '"' => f.write_str("\\\""),
+        '\\' => f.write_str("\\\\"),
+        '\n' => f.write_str("\\n"),
+        '\r' => f.write_str("\\r"),
+        '\t' => f.write_str("\\t"),
+        c if c.is_control() => write!(f, "\\u{{{:x}}}", c as u32),
+        c => write!(f, "{c}"),
+    }
 }
 
 fn write_array(f: &mut fmt::Formatter<'_>, items: &[Value], full: bool) -> fmt::Result {
@@ -270,6 +293,10 @@ mod tests {
         assert_eq!(Value::I8(-3).to_string(), "-3");
         assert_eq!(Value::Bool(true).to_string(), "true");
         assert_eq!(Value::String("a\nb\"".into()).to_string(), r#""a\nb\"""#);
+        assert_eq!(
+            Value::String("'▁x'\\\u{1}\t".into()).to_string(),
+            r#""'▁x'\\\u{1}\t""#
+        );
         assert_eq!(Value::Array(vec![]).to_string(), "[]");
         let nested = Value::Array(vec![Value::Array(vec![Value::U8(1), Value::U8(2)])]);
         assert_eq!(nested.to_string(), "[1 × array: [2 × u8: 1, 2]]");
