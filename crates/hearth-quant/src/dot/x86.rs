@@ -41,12 +41,36 @@ pub(super) unsafe fn load32(p: *const u8) -> __m256i {
 
 /// 16 bytes of packed nibbles at `p` as 32 bytes: low nibbles in lanes 0..16, high in 16..32
 /// (the element order of the legacy 4- and 5-bit blocks).
+/// NOTE: load-and-insert plus a per-qword variable shift keeps this off port 5, which the
+/// scale handling already keeps busy.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn nibbles32(p: *const u8) -> __m256i {
-    let tmp = _mm_loadu_si128(p as *const __m128i);
-    let both = _mm256_set_m128i(_mm_srli_epi16(tmp, 4), tmp);
-    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+    let q = _mm256_loadu2_m128i(p as *const __m128i, p as *const __m128i);
+    let shifted = _mm256_srlv_epi64(q, _mm256_set_epi64x(4, 4, 0, 0));
+    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F))
+}
+
+/// f32 value of every f16 bit pattern (256 KiB, built once).
+/// NOTE: a table lookup is a plain load that can broadcast straight from memory, where F16C
+/// needs an insert, a convert and a broadcast, all competing for one shuffle port.
+pub(super) fn f16_table() -> &'static [f32; 65536] {
+    static TABLE: std::sync::OnceLock<Box<[f32; 65536]>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = Box::new([0f32; 65536]);
+        for (i, v) in t.iter_mut().enumerate() {
+            *v = half::f16::from_bits(i as u16).to_f32();
+        }
+        t
+    })
+}
+
+/// The f16 at `p` (any alignment), converted through `t` and broadcast to 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn bcast_f16(t: &[f32; 65536], p: *const u8) -> __m256 {
+    let bits = (p as *const u16).read_unaligned();
+    _mm256_broadcast_ss(&t[bits as usize])
 }
 
 /// The 32 bits at `p` (little-endian) as 32 bytes: 0xFF where the bit is set, else 0.
@@ -91,6 +115,7 @@ pub(super) unsafe fn bytes_at<const N: usize>(p: *const u8) -> [u8; N] {
 }
 
 /// Sums per-block `(scale, i32 lanes)` into f32 with two accumulators (to hide FMA latency).
+/// The body yields the block's scale, already broadcast, and its i32 partial sums.
 macro_rules! sum_blocks {
     ($n:expr, $i:ident => $body:expr) => {{
         let n: usize = $n;
@@ -98,16 +123,16 @@ macro_rules! sum_blocks {
         let mut acc1 = _mm256_setzero_ps();
         let mut $i = 0usize;
         while $i + 1 < n {
-            let (d, v): (f32, __m256i) = $body;
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v), acc0);
+            let (d, v): (__m256, __m256i) = $body;
+            acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(v), acc0);
             $i += 1;
-            let (d, v): (f32, __m256i) = $body;
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v), acc1);
+            let (d, v): (__m256, __m256i) = $body;
+            acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(v), acc1);
             $i += 1;
         }
         if $i < n {
-            let (d, v): (f32, __m256i) = $body;
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v), acc0);
+            let (d, v): (__m256, __m256i) = $body;
+            acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(v), acc0);
         }
         _mm256_add_ps(acc0, acc1)
     }};
@@ -128,59 +153,67 @@ macro_rules! define_int_kernels {
             dp_u8i8(_mm256_setzero_si256(), _mm256_abs_epi8(x), _mm256_sign_epi8(y, x))
         }
 
+        /// `d_w * d_a` of weight and activation blocks, broadcast.
+        #[inline]
         #[target_feature(enable = $feat)]
-        pub(super) unsafe fn q4_0_q8_0(w: *const u8, a: *const u8, n: usize) -> f32 {
+        unsafe fn dd(t: &[f32; 65536], wp: *const u8, ap: *const u8) -> __m256 {
+            _mm256_mul_ps(bcast_f16(t, wp), bcast_f16(t, ap))
+        }
+
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn q4_0_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
             let v = sum_blocks!(n, i => {
                 let (wp, ap) = (w.add(18 * i), a.add(34 * i));
                 let x = _mm256_sub_epi8(nibbles32(wp.add(2)), _mm256_set1_epi8(8));
-                (f16_at(wp) * f16_at(ap), dot_i8(x, load32(ap.add(2))))
+                (dd(t, wp, ap), dot_i8(x, load32(ap.add(2))))
             });
             hsum_ps(v)
         }
 
         #[target_feature(enable = $feat)]
-        pub(super) unsafe fn q4_1_q8_1(w: *const u8, a: *const u8, n: usize) -> f32 {
-            let mut summs = 0f32;
+        pub(super) unsafe fn q4_1_q8_1(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
+            // m_w * s_a terms, summed in 8 lanes (only the lane count differs from a scalar).
+            let mut summs = _mm256_setzero_ps();
             let v = sum_blocks!(n, i => {
                 let (wp, ap) = (w.add(20 * i), a.add(36 * i));
-                summs += f16_at(wp.add(2)) * f16_at(ap.add(2));
+                summs = _mm256_add_ps(summs, dd(t, wp.add(2), ap.add(2)));
                 let p = dp_u8i8(_mm256_setzero_si256(), nibbles32(wp.add(4)), load32(ap.add(4)));
-                (f16_at(wp) * f16_at(ap), p)
+                (dd(t, wp, ap), p)
             });
-            hsum_ps(v) + summs
+            hsum_ps(v) + _mm256_cvtss_f32(summs)
         }
 
         #[target_feature(enable = $feat)]
-        pub(super) unsafe fn q5_0_q8_0(w: *const u8, a: *const u8, n: usize) -> f32 {
+        pub(super) unsafe fn q5_0_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
             let v = sum_blocks!(n, i => {
                 let (wp, ap) = (w.add(22 * i), a.add(34 * i));
                 // OR-ing 0xF0 where the high bit is clear gives q - 16 as i8 directly.
                 let hi = _mm256_andnot_si256(bits32(wp.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
                 let x = _mm256_or_si256(nibbles32(wp.add(6)), hi);
-                (f16_at(wp) * f16_at(ap), dot_i8(x, load32(ap.add(2))))
+                (dd(t, wp, ap), dot_i8(x, load32(ap.add(2))))
             });
             hsum_ps(v)
         }
 
         #[target_feature(enable = $feat)]
-        pub(super) unsafe fn q5_1_q8_1(w: *const u8, a: *const u8, n: usize) -> f32 {
-            let mut summs = 0f32;
+        pub(super) unsafe fn q5_1_q8_1(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
+            let mut summs = _mm256_setzero_ps();
             let v = sum_blocks!(n, i => {
                 let (wp, ap) = (w.add(24 * i), a.add(36 * i));
-                summs += f16_at(wp.add(2)) * f16_at(ap.add(2));
+                summs = _mm256_add_ps(summs, dd(t, wp.add(2), ap.add(2)));
                 let hi = _mm256_and_si256(bits32(wp.add(4)), _mm256_set1_epi8(0x10));
                 let x = _mm256_or_si256(nibbles32(wp.add(8)), hi);
                 let p = dp_u8i8(_mm256_setzero_si256(), x, load32(ap.add(4)));
-                (f16_at(wp) * f16_at(ap), p)
+                (dd(t, wp, ap), p)
             });
-            hsum_ps(v) + summs
+            hsum_ps(v) + _mm256_cvtss_f32(summs)
         }
 
         #[target_feature(enable = $feat)]
-        pub(super) unsafe fn q8_0_q8_0(w: *const u8, a: *const u8, n: usize) -> f32 {
+        pub(super) unsafe fn q8_0_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
             let v = sum_blocks!(n, i => {
                 let (wp, ap) = (w.add(34 * i), a.add(34 * i));
-                (f16_at(wp) * f16_at(ap), dot_i8(load32(wp.add(2)), load32(ap.add(2))))
+                (dd(t, wp, ap), dot_i8(load32(wp.add(2)), load32(ap.add(2))))
             });
             hsum_ps(v)
         }
@@ -216,7 +249,7 @@ macro_rules! define_int_kernels {
                         sumi = _mm256_add_epi32(sumi, p);
                     }
                 }
-                (ad * f16_at(wp.add(80)), sumi)
+                (_mm256_set1_ps(ad * f16_at(wp.add(80))), sumi)
             });
             hsum_ps(v) - hsum_ps(acc_m)
         }
@@ -245,7 +278,7 @@ macro_rules! define_int_kernels {
                         sumi = _mm256_add_epi32(sumi, p);
                     }
                 }
-                (ad * f16_at(wp.add(108)), _mm256_sub_epi32(sumi, _mm256_slli_epi32(offs, 2)))
+                (_mm256_set1_ps(ad * f16_at(wp.add(108))), _mm256_sub_epi32(sumi, _mm256_slli_epi32(offs, 2)))
             });
             hsum_ps(v)
         }
@@ -281,7 +314,7 @@ macro_rules! define_int_kernels {
                     sumi = _mm256_add_epi32(sumi, dot16x2(lo, load32(y.add(64 * j)), s0, s0));
                     sumi = _mm256_add_epi32(sumi, dot16x2(hi, load32(y.add(64 * j + 32)), s1, s1));
                 }
-                (ad * f16_at(wp), sumi)
+                (_mm256_set1_ps(ad * f16_at(wp)), sumi)
             });
             hsum_ps(v) - hsum_ps(acc_m)
         }
@@ -311,7 +344,7 @@ macro_rules! define_int_kernels {
                     sumi = _mm256_add_epi32(sumi, dot16x2(lo, load32(y.add(64 * j)), s0, s0));
                     sumi = _mm256_add_epi32(sumi, dot16x2(hi, load32(y.add(64 * j + 32)), s1, s1));
                 }
-                (ad * f16_at(wp), sumi)
+                (_mm256_set1_ps(ad * f16_at(wp)), sumi)
             });
             hsum_ps(v) - hsum_ps(acc_m)
         }
@@ -343,7 +376,7 @@ macro_rules! define_int_kernels {
                         sumi = _mm256_add_epi32(sumi, p);
                     }
                 }
-                (ad * f16_at(wp.add(208)), _mm256_sub_epi32(sumi, _mm256_slli_epi32(offs, 5)))
+                (_mm256_set1_ps(ad * f16_at(wp.add(208))), _mm256_sub_epi32(sumi, _mm256_slli_epi32(offs, 5)))
             });
             hsum_ps(v)
         }
@@ -357,11 +390,11 @@ macro_rules! define_int_kernels {
             // SAFETY (every closure): the caller checked the CPU features, and the row lengths
             // were checked against the block count before any DotFn is called.
             Some(match ty {
-                Q4_0 => |w, a| unsafe { q4_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 18) },
-                Q4_1 => |w, a| unsafe { q4_1_q8_1(w.as_ptr(), a.as_ptr(), w.len() / 20) },
-                Q5_0 => |w, a| unsafe { q5_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 22) },
-                Q5_1 => |w, a| unsafe { q5_1_q8_1(w.as_ptr(), a.as_ptr(), w.len() / 24) },
-                Q8_0 => |w, a| unsafe { q8_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 34) },
+                Q4_0 => |w, a| unsafe { q4_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 18, f16_table()) },
+                Q4_1 => |w, a| unsafe { q4_1_q8_1(w.as_ptr(), a.as_ptr(), w.len() / 20, f16_table()) },
+                Q5_0 => |w, a| unsafe { q5_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 22, f16_table()) },
+                Q5_1 => |w, a| unsafe { q5_1_q8_1(w.as_ptr(), a.as_ptr(), w.len() / 24, f16_table()) },
+                Q8_0 => |w, a| unsafe { q8_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 34, f16_table()) },
                 Q2_K => |w, a| unsafe { q2_k_q8_k(w.as_ptr(), a.as_ptr(), w.len() / 84) },
                 Q3_K => |w, a| unsafe { q3_k_q8_k(w.as_ptr(), a.as_ptr(), w.len() / 110) },
                 Q4_K => |w, a| unsafe { q4_k_q8_k(w.as_ptr(), a.as_ptr(), w.len() / 144) },
