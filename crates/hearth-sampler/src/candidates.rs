@@ -61,28 +61,51 @@ impl Candidates {
         }
         let cap = (4 * k).max(1024);
         self.items.clear();
-        let mut threshold = f32::NEG_INFINITY;
-        let mut collecting = true; // until the first compaction sets a real threshold
-        for (i, &l) in logits.iter().enumerate() {
-            // NOTE: a later token equal to the threshold has a higher id than the k-th
-            // best, so it loses the tie: `>` is exact, and false for NaN.
-            if collecting || l > threshold {
-                let logit = if l.is_nan() { f32::NEG_INFINITY } else { l };
-                self.items.push(Candidate {
-                    id: i as u32,
-                    logit,
-                });
-                if self.items.len() == cap {
-                    self.items.select_nth_unstable_by(k - 1, better);
-                    self.items.truncate(k);
-                    threshold = self.items[k - 1].logit;
-                    collecting = false;
+        let push = |items: &mut Vec<Candidate>, i: usize, l: f32| {
+            let logit = if l.is_nan() { f32::NEG_INFINITY } else { l };
+            items.push(Candidate {
+                id: i as u32,
+                logit,
+            });
+        };
+        // Phase 1: the first `cap` tokens unconditionally, then a first threshold.
+        let head = cap.min(logits.len());
+        for (i, &l) in logits[..head].iter().enumerate() {
+            push(&mut self.items, i, l);
+        }
+        let mut threshold = self.compact(k);
+        // Phase 2: only tokens beating the k-th best so far. A later token equal to the
+        // threshold has a higher id than the k-th best and loses the tie, so `>` is
+        // exact (and false for NaN). Whole chunks are skipped with one vector compare.
+        const CHUNK: usize = 16;
+        for (c, chunk) in logits[head..].chunks(CHUNK).enumerate() {
+            if !chunk.iter().fold(false, |hit, &l| hit | (l > threshold)) {
+                continue;
+            }
+            for (j, &l) in chunk.iter().enumerate() {
+                if l > threshold {
+                    push(&mut self.items, head + c * CHUNK + j, l);
                 }
+            }
+            if self.items.len() >= cap {
+                threshold = self.compact(k);
             }
         }
         self.n_sorted = 0;
         self.sort_prefix(k);
         self.truncate(k);
+    }
+
+    /// Keeps the `k` best items (unordered) and returns the k-th best logit, or -inf
+    /// while fewer than `k` items are held.
+    fn compact(&mut self, k: usize) -> f32 {
+        if self.items.len() < k {
+            return f32::NEG_INFINITY;
+        }
+        // After the selection the k-th best sits at index k - 1.
+        self.items.select_nth_unstable_by(k - 1, better);
+        self.items.truncate(k);
+        self.items[k - 1].logit
     }
 
     /// Current candidates (the first `n_sorted()` are sorted best first).

@@ -95,18 +95,24 @@ pub fn top_logprobs(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
 /// `logits` is empty or all NaN.
 pub fn argmax(logits: &[f32]) -> u32 {
     let max = max_logit(logits);
-    // NaN == max is false, so NaN never wins.
-    logits
-        .iter()
-        .position(|&l| l == max)
-        .map_or(0, |i| i as u32)
+    // NOTE: NaN == max is false, so NaN never wins. Whole chunks are tested first (a
+    // vectorized compare) and only the chunk holding the maximum is searched.
+    let chunk = logits
+        .chunks(LANES)
+        .position(|c| c.iter().fold(false, |hit, &l| hit | (l == max)))
+        .unwrap_or(0);
+    let start = chunk * LANES;
+    let offset = logits[start..].iter().position(|&l| l == max).unwrap_or(0);
+    (start + offset) as u32
 }
+
+/// Independent accumulators in [`max_logit`] and chunk size in [`argmax`].
+const LANES: usize = 16;
 
 /// Largest non-NaN logit (-inf when there is none).
 pub(crate) fn max_logit(logits: &[f32]) -> f32 {
-    // NOTE: eight independent lanes with a plain `>` (false for NaN, so NaN is skipped)
+    // NOTE: independent lanes with a plain `>` (false for NaN, so NaN is skipped)
     // compile to vector compare-and-select; a single running max does not vectorize.
-    const LANES: usize = 8;
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let chunks = logits.chunks_exact(LANES);
     let tail = chunks.remainder();
@@ -217,5 +223,14 @@ mod tests {
         assert_eq!(argmax(&[-INF, -INF]), 0);
         assert_eq!(argmax(&[f32::NAN]), 0);
         assert_eq!(argmax(&[]), 0);
+        // Longer than one chunk: the maximum in a later chunk, ties across chunks.
+        let mut l = vec![0.5f32; 100];
+        l[37] = 2.0;
+        l[90] = 2.0;
+        l[3] = f32::NAN;
+        assert_eq!(argmax(&l), 37);
+        assert_eq!(max_logit(&l), 2.0);
+        l[99] = INF;
+        assert_eq!(argmax(&l), 99);
     }
 }
