@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use hearth_gguf::{GgmlType, GgufWriter, Value};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = PathBuf::from(std::env::args().nth(1).ok_or("usage: write_fuzz_seeds DIR")?);
+    let dir = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .ok_or("usage: write_fuzz_seeds DIR")?,
+    );
     std::fs::create_dir_all(&dir)?;
     for (name, writer) in seeds()? {
         writer.write(dir.join(format!("{name}.gguf")))?;
@@ -42,11 +46,20 @@ fn seeds() -> Result<Vec<(&'static str, GgufWriter)>, hearth_gguf::GgufError> {
 
     let mut arrays = GgufWriter::new();
     arrays.add_kv("general.architecture", s("llama"))?;
-    arrays.add_kv("tokenizer.ggml.tokens", Value::Array(vec![s("<s>"), s("a"), s("▁b")]))?;
-    arrays.add_kv("tokenizer.ggml.scores", Value::Array(vec![Value::F32(0.0); 3]))?;
+    arrays.add_kv(
+        "tokenizer.ggml.tokens",
+        Value::Array(vec![s("<s>"), s("a"), s("▁b")]),
+    )?;
+    arrays.add_kv(
+        "tokenizer.ggml.scores",
+        Value::Array(vec![Value::F32(0.0); 3]),
+    )?;
     arrays.add_kv(
         "nested",
-        Value::Array(vec![Value::Array(vec![Value::I32(1)]), Value::Array(vec![])]),
+        Value::Array(vec![
+            Value::Array(vec![Value::I32(1)]),
+            Value::Array(vec![]),
+        ]),
     )?;
 
     let mut tensors = GgufWriter::new();

@@ -111,6 +111,10 @@ mod tests {
         bytes.extend_from_slice(b"abc");
         let mut c = Cursor::new(&bytes);
         let err = c.string_bytes(&|| "key".into()).unwrap_err();
-        assert!(err.to_string().contains("needs 1099511627776 bytes, 3 remain"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("needs 1099511627776 bytes, 3 remain"),
+            "{err}"
+        );
     }
 }

@@ -29,7 +29,10 @@ enum Storage {
     Mapped(Mmap),
     Owned(Vec<u8>),
     /// A copy of a buffer whose start was not 64-byte aligned.
-    Aligned { chunks: Vec<Chunk>, len: usize },
+    Aligned {
+        chunks: Vec<Chunk>,
+        len: usize,
+    },
 }
 
 /// NOTE: tensor offsets are multiples of the file's alignment (32 by default), so data slices
@@ -44,7 +47,7 @@ const BUFFER_ALIGN: usize = std::mem::align_of::<Chunk>();
 
 impl Storage {
     fn owned(bytes: Vec<u8>) -> Self {
-        if (bytes.as_ptr() as usize) % BUFFER_ALIGN == 0 {
+        if (bytes.as_ptr() as usize) & (BUFFER_ALIGN - 1) == 0 {
             return Storage::Owned(bytes);
         }
         let mut chunks = vec![Chunk([0; 64]); bytes.len().div_ceil(64)];
@@ -193,5 +196,33 @@ impl std::fmt::Debug for GgufFile {
             .field("alignment", &self.alignment)
             .field("data_offset", &self.data_offset)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_storage_is_64_byte_aligned_and_unchanged() {
+        let mut n_copied = 0;
+        let mut keep = Vec::new();
+        for len in [1usize, 63, 64, 65, 1000] {
+            // NOTE: the allocator decides where each buffer starts; trying several buffers of
+            // each size exercises both the keep-as-is and the copy path.
+            for attempt in 0..16u8 {
+                let bytes: Vec<u8> = (0..len).map(|i| (i as u8) ^ attempt).collect();
+                let misaligned = bytes.as_ptr() as usize % BUFFER_ALIGN != 0;
+                let expected = bytes.clone();
+                let storage = Storage::owned(bytes);
+                assert_eq!(storage.bytes(), &expected[..]);
+                assert_eq!(storage.bytes().as_ptr() as usize % BUFFER_ALIGN, 0);
+                assert_eq!(matches!(storage, Storage::Aligned { .. }), misaligned);
+                n_copied += usize::from(misaligned);
+                keep.push(expected);
+            }
+        }
+        assert!(n_copied > 0, "no misaligned buffer was seen");
+        assert!(matches!(Storage::owned(Vec::new()).bytes(), []));
     }
 }

@@ -255,7 +255,10 @@ mod tests {
     fn duplicate_insert_is_an_error() {
         let mut m = sample();
         let err = m.insert("s", Value::U8(1)).unwrap_err();
-        assert!(err.to_string().contains("duplicate metadata key 's'"), "{err}");
+        assert!(
+            err.to_string().contains("duplicate metadata key 's'"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -303,7 +306,10 @@ mod tests {
         );
         let err = m.get_str_array("s").unwrap_err();
         assert!(matches!(err, GgufError::WrongType { .. }));
-        assert!(matches!(m.get_str_array("ints"), Err(GgufError::WrongType { .. })));
+        assert!(matches!(
+            m.get_str_array("ints"),
+            Err(GgufError::WrongType { .. })
+        ));
     }
 
     #[test]
@@ -315,6 +321,9 @@ mod tests {
         let err = m.require_u32("llama.block_count").unwrap_err();
         assert!(matches!(&err, GgufError::MissingKey(k) if k == "llama.block_count"));
         assert_eq!(err.to_string(), "missing metadata key 'llama.block_count'");
-        assert!(matches!(m.require_str("u8"), Err(GgufError::WrongType { .. })));
+        assert!(matches!(
+            m.require_str("u8"),
+            Err(GgufError::WrongType { .. })
+        ));
     }
 }

@@ -87,7 +87,9 @@ impl GgufWriter {
             )));
         }
         if self.tensors.iter().any(|t| t.name == name) {
-            return Err(GgufError::Invalid(format!("duplicate tensor name '{name}'")));
+            return Err(GgufError::Invalid(format!(
+                "duplicate tensor name '{name}'"
+            )));
         }
         self.tensors.push(PendingTensor {
             name,
@@ -247,7 +249,9 @@ mod tests {
         assert!(w.add_tensor("t", &[3], GgmlType::F32, &[0; 8]).is_err());
         assert!(w.add_tensor("t", &[16], GgmlType::Q8_0, &[0; 34]).is_err());
         assert!(w.add_tensor("t", &[], GgmlType::F32, &[]).is_err());
-        assert!(w.add_tensor("t", &[1, 1, 1, 1, 1], GgmlType::F32, &[0; 4]).is_err());
+        assert!(w
+            .add_tensor("t", &[1, 1, 1, 1, 1], GgmlType::F32, &[0; 4])
+            .is_err());
         w.add_tensor("t", &[1], GgmlType::F32, &[0; 4]).unwrap();
         assert!(w.add_tensor("t", &[1], GgmlType::F32, &[0; 4]).is_err());
         w.add_kv("k", Value::U8(1)).unwrap();

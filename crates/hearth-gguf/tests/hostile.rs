@@ -73,8 +73,14 @@ fn header_errors() {
 
 #[test]
 fn huge_counts_fail_before_allocating() {
-    expect_err(Raw::header(3, 0, 1 << 60).bytes(), &["metadata", "entries claimed"]);
-    expect_err(Raw::header(3, 1 << 60, 0).bytes(), &["tensor infos", "claimed"]);
+    expect_err(
+        Raw::header(3, 0, 1 << 60).bytes(),
+        &["metadata", "entries claimed"],
+    );
+    expect_err(
+        Raw::header(3, 1 << 60, 0).bytes(),
+        &["tensor infos", "claimed"],
+    );
     // A key claiming 2^40 bytes.
     let mut r = Raw::header(3, 0, 1);
     r.u64(1 << 40).u32(0).u8(0);
@@ -82,13 +88,29 @@ fn huge_counts_fail_before_allocating() {
     // A string value claiming 2^40 bytes.
     let mut r = Raw::header(3, 0, 1);
     r.str(b"general.name").u32(8).u64(1 << 40).u64(0);
-    let err = expect_err(r.bytes(), &["'general.name' value", "needs 1099511627776 bytes"]);
+    let err = expect_err(
+        r.bytes(),
+        &["'general.name' value", "needs 1099511627776 bytes"],
+    );
     // The offset is where the string bytes would start: 24 header + 20 key + 4 type + 8 length.
-    assert!(matches!(err, GgufError::Truncated { offset: 56, .. }), "{err:?}");
+    assert!(
+        matches!(err, GgufError::Truncated { offset: 56, .. }),
+        "{err:?}"
+    );
     // An array claiming 2^60 strings.
     let mut r = Raw::header(3, 0, 1);
-    r.str(b"tokenizer.ggml.tokens").u32(9).u32(8).u64(1 << 60).str(b"a");
-    expect_err(r.bytes(), &["'tokenizer.ggml.tokens'", "array of 1152921504606846976 × string"]);
+    r.str(b"tokenizer.ggml.tokens")
+        .u32(9)
+        .u32(8)
+        .u64(1 << 60)
+        .str(b"a");
+    expect_err(
+        r.bytes(),
+        &[
+            "'tokenizer.ggml.tokens'",
+            "array of 1152921504606846976 × string",
+        ],
+    );
     // An array count whose byte size overflows u64.
     let mut r = Raw::header(3, 0, 1);
     r.str(b"k").u32(9).u32(10).u64(u64::MAX).u64(0);
@@ -110,8 +132,18 @@ fn metadata_element_limit() {
 fn value_type_errors() {
     let mut r = Raw::header(3, 0, 1);
     r.str(b"odd.key").u32(13).u32(0);
-    let err = expect_err(r.bytes(), &["'odd.key'", "unknown value type 13", "offset 39"]);
-    assert!(matches!(err, GgufError::UnknownValueType { id: 13, offset: 39, .. }));
+    let err = expect_err(
+        r.bytes(),
+        &["'odd.key'", "unknown value type 13", "offset 39"],
+    );
+    assert!(matches!(
+        err,
+        GgufError::UnknownValueType {
+            id: 13,
+            offset: 39,
+            ..
+        }
+    ));
     let mut r = Raw::header(3, 0, 1);
     r.str(b"arr").u32(9).u32(99).u64(0);
     let err = expect_err(r.bytes(), &["'arr'", "unknown value type 99"]);
@@ -127,8 +159,16 @@ fn utf8_errors_name_the_key_or_tensor() {
     r.str(b"bad\xffkey").u32(4).u32(0);
     expect_err(r.bytes(), &["metadata key #0", "not valid UTF-8"]);
     let mut r = Raw::header(3, 0, 1);
-    r.str(b"tokenizer.ggml.tokens").u32(9).u32(8).u64(2).str(b"ok").str(b"\xc3(");
-    expect_err(r.bytes(), &["'tokenizer.ggml.tokens' value[1]", "not valid UTF-8"]);
+    r.str(b"tokenizer.ggml.tokens")
+        .u32(9)
+        .u32(8)
+        .u64(2)
+        .str(b"ok")
+        .str(b"\xc3(");
+    expect_err(
+        r.bytes(),
+        &["'tokenizer.ggml.tokens' value[1]", "not valid UTF-8"],
+    );
     let mut r = Raw::header(3, 1, 0);
     r.tensor("w\u{0}", &[4], 0, 0);
     let idx = r.0.len() - 8 - 4 - 8 - 4 - 2;
@@ -143,7 +183,9 @@ fn duplicate_keys_and_tensors() {
     r.kv_u32("a.b", 1).kv_u32("a.b", 2);
     expect_err(r.bytes(), &["duplicate metadata key 'a.b'", "entry #1"]);
     let mut r = Raw::header(3, 2, 0);
-    r.tensor("w", &[4], 0, 0).tensor("w", &[4], 0, 32).data(32, 48);
+    r.tensor("w", &[4], 0, 0)
+        .tensor("w", &[4], 0, 32)
+        .data(32, 48);
     expect_err(r.bytes(), &["duplicate tensor name 'w'", "tensor info #1"]);
 }
 
@@ -159,7 +201,10 @@ fn nesting_depth_is_bounded() {
         r.bytes()
     };
     assert!(parse(nested(MAX_ARRAY_DEPTH)).is_ok());
-    expect_err(nested(MAX_ARRAY_DEPTH + 1), &["'deep'", "nested deeper than 8"]);
+    expect_err(
+        nested(MAX_ARRAY_DEPTH + 1),
+        &["'deep'", "nested deeper than 8"],
+    );
     // Extremely deep claims stop at the limit instead of recursing.
     expect_err(nested(100_000), &["'deep'", "nested deeper"]);
 }
@@ -173,7 +218,10 @@ fn alignment_errors() {
     }
     let mut r = Raw::header(3, 0, 1);
     r.str(b"general.alignment").u32(8).str(b"32");
-    let err = expect_err(r.bytes(), &["general.alignment", "expected integer fitting u32"]);
+    let err = expect_err(
+        r.bytes(),
+        &["general.alignment", "expected integer fitting u32"],
+    );
     assert!(matches!(err, GgufError::WrongType { .. }));
 }
 
@@ -189,21 +237,42 @@ fn tensor_shape_errors() {
     assert!(parse(one_tensor(&[4], 0, 0, 16)).is_ok());
     expect_err(one_tensor(&[], 0, 0, 16), &["tensor 'w'", "n_dims 0"]);
     expect_err(one_tensor(&[1; 5], 0, 0, 16), &["tensor 'w'", "n_dims 5"]);
-    expect_err(one_tensor(&[4, 0], 0, 0, 16), &["tensor 'w'", "dims[1]", "is zero"]);
-    expect_err(one_tensor(&[1 << 32, 1 << 32, 2], 0, 0, 16), &["tensor 'w'", "overflows"]);
-    expect_err(one_tensor(&[1 << 62, 4], 0, 0, 16), &["tensor 'w'", "overflows"]);
+    expect_err(
+        one_tensor(&[4, 0], 0, 0, 16),
+        &["tensor 'w'", "dims[1]", "is zero"],
+    );
+    expect_err(
+        one_tensor(&[1 << 32, 1 << 32, 2], 0, 0, 16),
+        &["tensor 'w'", "overflows"],
+    );
+    expect_err(
+        one_tensor(&[1 << 62, 4], 0, 0, 16),
+        &["tensor 'w'", "overflows"],
+    );
     // Q4_0 (id 2) rows are whole blocks of 32.
-    expect_err(one_tensor(&[33], 2, 0, 64), &["tensor 'w'", "row length 33", "block size 32"]);
+    expect_err(
+        one_tensor(&[33], 2, 0, 64),
+        &["tensor 'w'", "row length 33", "block size 32"],
+    );
     // A huge count of a 1-element type whose byte size overflows.
-    expect_err(one_tensor(&[1 << 62, 1], 27, 0, 16), &["tensor 'w'", "overflows"]);
+    expect_err(
+        one_tensor(&[1 << 62, 1], 27, 0, 16),
+        &["tensor 'w'", "overflows"],
+    );
 }
 
 #[test]
 fn tensor_type_and_offset_errors() {
     let err = expect_err(one_tensor(&[4], 4, 0, 16), &["tensor 'w'", "type id 4"]);
     assert!(matches!(err, GgufError::UnknownTensorType { ref tensor, id: 4 } if tensor == "w"));
-    expect_err(one_tensor(&[4], 0, 16, 64), &["tensor 'w'", "offset 16", "alignment 32"]);
-    let err = expect_err(one_tensor(&[4], 0, 32, 40), &["tensor 'w' data", "16 bytes of F32"]);
+    expect_err(
+        one_tensor(&[4], 0, 16, 64),
+        &["tensor 'w'", "offset 16", "alignment 32"],
+    );
+    let err = expect_err(
+        one_tensor(&[4], 0, 32, 40),
+        &["tensor 'w' data", "16 bytes of F32"],
+    );
     assert!(matches!(err, GgufError::Truncated { .. }));
     expect_err(one_tensor(&[4], 0, u64::MAX - 31, 16), &["tensor 'w' data"]);
     expect_err(one_tensor(&[4], 0, 0, 15), &["tensor 'w' data"]);

@@ -14,8 +14,7 @@ fn fixture(name: &str) -> Json {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
 
@@ -76,7 +75,10 @@ fn compare_value(key: &str, value: &Value, fx: &Json) {
         assert_eq!(fx["element_type"], first.type_name(), "{key}");
     }
     let head: Vec<Json> = items.iter().take(8).map(scalar_json).collect();
-    let tail: Vec<Json> = items[items.len().saturating_sub(8)..].iter().map(scalar_json).collect();
+    let tail: Vec<Json> = items[items.len().saturating_sub(8)..]
+        .iter()
+        .map(scalar_json)
+        .collect();
     assert_eq!(fx["head"], Json::from(head), "{key} head");
     assert_eq!(fx["tail"], Json::from(tail), "{key} tail");
     if let Some(total) = fx.get("total_utf8_bytes") {
@@ -105,13 +107,28 @@ fn gemma3_facts() {
     let tokens = md.require_str_array("tokenizer.ggml.tokens").unwrap();
     assert_eq!(tokens.len(), 262_144);
     assert_eq!(&tokens[..3], ["<pad>", "<eos>", "<bos>"]);
-    assert_eq!(md.get_f32_array("tokenizer.ggml.scores").unwrap().unwrap().len(), 262_144);
-    assert_eq!(md.get_i32_array("tokenizer.ggml.token_type").unwrap().unwrap().len(), 262_144);
+    assert_eq!(
+        md.get_f32_array("tokenizer.ggml.scores")
+            .unwrap()
+            .unwrap()
+            .len(),
+        262_144
+    );
+    assert_eq!(
+        md.get_i32_array("tokenizer.ggml.token_type")
+            .unwrap()
+            .unwrap()
+            .len(),
+        262_144
+    );
     assert_eq!(md.require_u32("gemma3.block_count").unwrap(), 18);
     assert_eq!(md.require_u32("gemma3.embedding_length").unwrap(), 640);
     assert_eq!(file.tensors().len(), 236);
     let embd = file.tensor("token_embd.weight").unwrap();
-    assert_eq!((embd.ty, embd.dims.as_slice()), (GgmlType::Q8_0, &[640, 262_144][..]));
+    assert_eq!(
+        (embd.ty, embd.dims.as_slice()),
+        (GgmlType::Q8_0, &[640, 262_144][..])
+    );
     let k = file.tensor("blk.0.attn_k.weight").unwrap();
     assert_eq!((k.ty, k.dims.as_slice()), (GgmlType::Q5_0, &[640, 256][..]));
     let norm = file.tensor("output_norm.weight").unwrap();
@@ -121,7 +138,10 @@ fn gemma3_facts() {
     assert_eq!(values.len(), 640);
     assert!(values.iter().all(|v| v.is_finite()));
     let shown = md.get("tokenizer.ggml.tokens").unwrap().to_string();
-    assert_eq!(shown, r#"[262144 × string: "<pad>", "<eos>", "<bos>", "<unk>", ...]"#);
+    assert_eq!(
+        shown,
+        r#"[262144 × string: "<pad>", "<eos>", "<bos>", "<unk>", ...]"#
+    );
 }
 
 #[test]
@@ -133,10 +153,19 @@ fn smollm2_facts() {
     assert_eq!(md.require_u32("llama.block_count").unwrap(), 30);
     assert_eq!(md.require_u32("llama.attention.head_count").unwrap(), 9);
     assert_eq!(md.require_u32("llama.attention.head_count_kv").unwrap(), 3);
-    assert_eq!(md.require_str_array("tokenizer.ggml.tokens").unwrap().len(), 49_152);
-    assert!(md.require_str("tokenizer.chat_template").unwrap().contains("<|im_start|>"));
+    assert_eq!(
+        md.require_str_array("tokenizer.ggml.tokens").unwrap().len(),
+        49_152
+    );
+    assert!(md
+        .require_str("tokenizer.chat_template")
+        .unwrap()
+        .contains("<|im_start|>"));
     assert_eq!(file.tensors().len(), 272);
     let down = file.tensor("blk.0.ffn_down.weight").unwrap();
-    assert_eq!((down.ty, down.dims.as_slice()), (GgmlType::Q4_1, &[1536, 576][..]));
+    assert_eq!(
+        (down.ty, down.dims.as_slice()),
+        (GgmlType::Q4_1, &[1536, 576][..])
+    );
     assert_eq!(down.n_bytes, 552_960);
 }

@@ -23,6 +23,29 @@ fn every_value_type_round_trips_in_order() {
 }
 
 #[test]
+fn nan_values_keep_their_bits() {
+    // Found by fuzzing (in the harness, which compared values with `==`): NaN payloads must
+    // survive a round trip unchanged even though NaN != NaN.
+    let nan = f32::from_bits(0x7fc0_1234);
+    let mut w = GgufWriter::new();
+    w.add_kv(
+        "nan",
+        Value::Array(vec![Value::F32(nan), Value::F64(f64::NAN)]),
+    )
+    .unwrap_err(); // mixed element types are rejected by the writer
+    w.add_kv("nan", Value::Array(vec![Value::F32(nan), Value::F32(-nan)]))
+        .unwrap();
+    let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let got = file.metadata().get_f32_array("nan").unwrap().unwrap();
+    assert_eq!(got[0].to_bits(), 0x7fc0_1234);
+    assert_eq!(got[1].to_bits(), 0xffc0_1234);
+    assert_eq!(
+        file.metadata().get("nan").unwrap().to_string(),
+        "[2 × f32: NaN, NaN]"
+    );
+}
+
+#[test]
 fn tensors_round_trip_zero_copy_and_aligned() {
     let bytes = sample_writer().to_bytes();
     let file = GgufFile::from_bytes(bytes.clone()).unwrap();
@@ -45,7 +68,11 @@ fn tensors_round_trip_zero_copy_and_aligned() {
         // The slice points into the file's buffer, at the data offset, and is aligned.
         let start = (file.data_offset() + info.offset) as usize;
         assert_eq!(&bytes[start..start + data.len()], got);
-        assert_eq!(got.as_ptr() as usize % 32, 0, "{name} data is not 32-byte aligned");
+        assert_eq!(
+            got.as_ptr() as usize % 32,
+            0,
+            "{name} data is not 32-byte aligned"
+        );
         assert_eq!(file.tensor(name), Some(info));
         assert_eq!(file.tensor_bytes(name), Some(got));
     }
@@ -81,10 +108,14 @@ fn custom_alignment_is_honoured() {
 #[test]
 fn metadata_only_file() {
     let mut w = GgufWriter::new();
-    w.add_kv("general.architecture", Value::String("x".into())).unwrap();
+    w.add_kv("general.architecture", Value::String("x".into()))
+        .unwrap();
     let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
     assert!(file.tensors().is_empty());
-    assert_eq!(file.metadata().require_str("general.architecture").unwrap(), "x");
+    assert_eq!(
+        file.metadata().require_str("general.architecture").unwrap(),
+        "x"
+    );
     assert_eq!(file.tensor_data_size(), 0);
 }
 
@@ -108,7 +139,10 @@ fn open_maps_a_written_file() {
 fn open_missing_file_names_the_path() {
     let err = GgufFile::open("/nonexistent/dir/model.gguf").unwrap_err();
     assert!(matches!(err, hearth_gguf::GgufError::Io { .. }));
-    assert!(err.to_string().contains("/nonexistent/dir/model.gguf"), "{err}");
+    assert!(
+        err.to_string().contains("/nonexistent/dir/model.gguf"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -120,5 +154,8 @@ fn display_of_a_parsed_vocab_array() {
         r#"[4 × string: "<pad>", "<eos>", "", "▁the"]"#
     );
     let nested = file.metadata().get("t.nested").unwrap();
-    assert_eq!(nested.to_string(), r#"[3 × array: [2 × u8: 1, 2], [1 × string: "x"], []]"#);
+    assert_eq!(
+        nested.to_string(),
+        r#"[3 × array: [2 × u8: 1, 2], [1 × string: "x"], []]"#
+    );
 }

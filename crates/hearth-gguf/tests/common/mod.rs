@@ -24,11 +24,28 @@ pub fn sample_values() -> Vec<(&'static str, Value)> {
         ("t.bool", Value::Bool(true)),
         ("t.string", s("héllo\n\"wörld\" ✓")),
         ("t.empty_string", s("")),
-        ("t.strs", Value::Array(vec![s("<pad>"), s("<eos>"), s(""), s("▁the")])),
-        ("t.f32s", Value::Array(vec![Value::F32(0.0), Value::F32(-0.0), Value::F32(f32::INFINITY), Value::F32(1e-40)])),
+        (
+            "t.strs",
+            Value::Array(vec![s("<pad>"), s("<eos>"), s(""), s("▁the")]),
+        ),
+        (
+            "t.f32s",
+            Value::Array(vec![
+                Value::F32(0.0),
+                Value::F32(-0.0),
+                Value::F32(f32::INFINITY),
+                Value::F32(1e-40),
+            ]),
+        ),
         ("t.i32s", Value::Array(vec![Value::I32(1), Value::I32(-1)])),
-        ("t.bools", Value::Array(vec![Value::Bool(false), Value::Bool(true)])),
-        ("t.u64s", Value::Array(vec![Value::U64(0), Value::U64(u64::MAX)])),
+        (
+            "t.bools",
+            Value::Array(vec![Value::Bool(false), Value::Bool(true)]),
+        ),
+        (
+            "t.u64s",
+            Value::Array(vec![Value::U64(0), Value::U64(u64::MAX)]),
+        ),
         (
             "t.nested",
             Value::Array(vec![
@@ -44,13 +61,30 @@ pub fn sample_values() -> Vec<(&'static str, Value)> {
 /// F32 rows, a Q8_0 matrix and a Q4_K matrix with recognisable bytes.
 pub fn sample_tensors() -> Vec<(&'static str, Vec<u64>, GgmlType, Vec<u8>)> {
     let pattern = |n: usize, seed: u8| -> Vec<u8> {
-        (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
     };
     vec![
         ("output_norm.weight", vec![5], GgmlType::F32, pattern(20, 1)),
-        ("blk.0.attn_q.weight", vec![64, 3], GgmlType::Q8_0, pattern(6 * 34, 2)),
-        ("token_embd.weight", vec![256, 2, 1], GgmlType::Q4_K, pattern(2 * 144, 3)),
-        ("blk.0.attn_k.weight", vec![32, 2], GgmlType::F16, pattern(128, 4)),
+        (
+            "blk.0.attn_q.weight",
+            vec![64, 3],
+            GgmlType::Q8_0,
+            pattern(6 * 34, 2),
+        ),
+        (
+            "token_embd.weight",
+            vec![256, 2, 1],
+            GgmlType::Q4_K,
+            pattern(2 * 144, 3),
+        ),
+        (
+            "blk.0.attn_k.weight",
+            vec![32, 2],
+            GgmlType::F16,
+            pattern(128, 4),
+        ),
     ]
 }
 
