@@ -54,9 +54,13 @@ fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut XorShift) ->
     }
 }
 
-/// Mean seconds per call over at least `min_time` (after one warm-up call).
+/// Mean seconds per call over at least `min_time`, after `min_time / 2` of warm-up (clock
+/// ramp-up and first-touch page faults otherwise show up as a slow first measurement).
 fn time_it(min_time: Duration, mut f: impl FnMut()) -> f64 {
-    f();
+    let warm = Instant::now();
+    while warm.elapsed() < min_time / 2 {
+        f();
+    }
     let start = Instant::now();
     let mut iters = 0u32;
     while iters < 3 || start.elapsed() < min_time {

@@ -18,6 +18,10 @@ fn dp_u8i8(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
 
 define_int_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni");
 
+/// 512-bit kernels for the legacy types, two blocks per register.
+#[path = "avx512/wide.rs"]
+mod wide;
+
 macro_rules! float_dot {
     ($name:ident, $elem:ty, $load:ident, $to_f32:expr) => {
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")]
@@ -82,7 +86,7 @@ pub(super) unsafe fn kernel(ty: GgmlType) -> Option<DotFn> {
         GgmlType::F16 => |w, a| unsafe { f16_f16(w.as_ptr(), a.as_ptr(), w.len() / 2) },
         GgmlType::BF16 => |w, a| unsafe { bf16_bf16(w.as_ptr(), a.as_ptr(), w.len() / 2) },
         // SAFETY: forwarded from this function's contract.
-        _ => return unsafe { int_kernel(ty) },
+        _ => return unsafe { wide::kernel(ty).or_else(|| int_kernel(ty)) },
     };
     Some(f)
 }

@@ -1,0 +1,194 @@
+//! 512-bit kernels for the 32-element block types: two blocks per register, so each block
+//! costs half the vector instructions of the 256-bit form. An odd last block goes through the
+//! 256-bit kernel of the parent module.
+
+use std::arch::x86_64::*;
+
+use crate::dot::x86::{bcast_f16, f16_table, load32};
+use crate::dot::DotFn;
+use crate::GgmlType;
+
+/// Every kernel here requires these features; `kernel` is only reached after checking them.
+macro_rules! wide_fn {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty $body:block) => {
+        $(#[$m])*
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+        unsafe fn $name($($arg: $ty),*) -> $ret $body
+    };
+}
+
+wide_fn! {
+    /// The packed nibbles of two blocks (16 bytes at `p0` and at `p1`) in element order:
+    /// `[lo(p0), hi(p0), lo(p1), hi(p1)]`.
+    fn nibbles64(p0: *const u8, p1: *const u8) -> __m512i {
+        let v0 = _mm256_loadu2_m128i(p0 as *const __m128i, p0 as *const __m128i);
+        let v1 = _mm256_loadu2_m128i(p1 as *const __m128i, p1 as *const __m128i);
+        let v = _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1);
+        let v = _mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+        _mm512_and_si512(v, _mm512_set1_epi8(0x0F))
+    }
+}
+
+wide_fn! {
+    /// 32 bytes at `p0` and 32 at `p1` as one register.
+    fn load64(p0: *const u8, p1: *const u8) -> __m512i {
+        _mm512_inserti64x4(_mm512_castsi256_si512(load32(p0)), load32(p1), 1)
+    }
+}
+
+wide_fn! {
+    /// Per-block scales: lanes 0..8 from `d0`, 8..16 from `d1`.
+    fn scales2(d0: __m256, d1: __m256) -> __m512 {
+        _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1)
+    }
+}
+
+wide_fn! {
+    /// `d_w * d_a` of weight and activation blocks, broadcast.
+    fn dd(t: &[f32; 65536], wp: *const u8, ap: *const u8) -> __m256 {
+        _mm256_mul_ps(bcast_f16(t, wp), bcast_f16(t, ap))
+    }
+}
+
+wide_fn! {
+    /// Signed x · signed y in 16 i32 lanes: |x| · (y negated where x < 0).
+    fn dot_i8(x: __m512i, y: __m512i) -> __m512i {
+        let neg = _mm512_movepi8_mask(x);
+        let y = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(x), y)
+    }
+}
+
+wide_fn! {
+    /// Two 32-bit high-bit masks (at `p0`, `p1`) as 64 bytes: 0xFF where the bit is set.
+    fn bits64(p0: *const u8, p1: *const u8) -> __m512i {
+        let lo = (p0 as *const u32).read_unaligned() as u64;
+        let hi = (p1 as *const u32).read_unaligned() as u64;
+        _mm512_movm_epi8(lo | (hi << 32))
+    }
+}
+
+/// How far ahead of the current block the streaming kernels prefetch weight bytes.
+const PREFETCH_AHEAD: usize = 768;
+
+/// Sums block pairs `(scales, i32 lanes)` with two accumulators; `$i` is the first block of
+/// the pair. Leaves an odd last block to the caller.
+macro_rules! sum_pairs {
+    ($n:expr, $i:ident => $body:expr) => {{
+        let n: usize = $n;
+        let mut acc0 = _mm512_setzero_ps();
+        let mut acc1 = _mm512_setzero_ps();
+        let mut $i = 0usize;
+        while $i + 4 <= n {
+            let (d, v): (__m512, __m512i) = $body;
+            acc0 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(v), acc0);
+            $i += 2;
+            let (d, v): (__m512, __m512i) = $body;
+            acc1 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(v), acc1);
+            $i += 2;
+        }
+        if $i + 2 <= n {
+            let (d, v): (__m512, __m512i) = $body;
+            acc0 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(v), acc0);
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
+    }};
+}
+
+wide_fn! {
+    fn q8_0_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
+        let sum = sum_pairs!(n, i => {
+            let (wp, ap) = (w.add(34 * i), a.add(34 * i));
+            // NOTE: rows stream from DRAM for large matrices (the output projection); running
+            // ahead of the hardware prefetcher keeps more lines in flight.
+            _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(PREFETCH_AHEAD) as *const i8);
+            let x = load64(wp.add(2), wp.add(36));
+            let y = load64(ap.add(2), ap.add(36));
+            (scales2(dd(t, wp, ap), dd(t, wp.add(34), ap.add(34))), dot_i8(x, y))
+        });
+        let last = n / 2 * 2;
+        sum + super::q8_0_q8_0(w.add(34 * last), a.add(34 * last), n - last, t)
+    }
+}
+
+wide_fn! {
+    fn q4_0_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
+        let sum = sum_pairs!(n, i => {
+            let (wp, ap) = (w.add(18 * i), a.add(34 * i));
+            let x = _mm512_sub_epi8(nibbles64(wp.add(2), wp.add(20)), _mm512_set1_epi8(8));
+            let y = load64(ap.add(2), ap.add(36));
+            (scales2(dd(t, wp, ap), dd(t, wp.add(18), ap.add(34))), dot_i8(x, y))
+        });
+        let last = n / 2 * 2;
+        sum + super::q4_0_q8_0(w.add(18 * last), a.add(34 * last), n - last, t)
+    }
+}
+
+wide_fn! {
+    fn q5_0_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
+        let sum = sum_pairs!(n, i => {
+            let (wp, ap) = (w.add(22 * i), a.add(34 * i));
+            // OR-ing 0xF0 where the high bit is clear gives q - 16 as i8 directly.
+            let hi = _mm512_andnot_si512(bits64(wp.add(2), wp.add(24)), _mm512_set1_epi8(0xF0u8 as i8));
+            let x = _mm512_or_si512(nibbles64(wp.add(6), wp.add(28)), hi);
+            let y = load64(ap.add(2), ap.add(36));
+            (scales2(dd(t, wp, ap), dd(t, wp.add(22), ap.add(34))), dot_i8(x, y))
+        });
+        let last = n / 2 * 2;
+        sum + super::q5_0_q8_0(w.add(22 * last), a.add(34 * last), n - last, t)
+    }
+}
+
+wide_fn! {
+    fn q4_1_q8_1(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
+        // m_w * s_a terms, summed in 8 lanes that all hold the same value.
+        let mut summs = _mm256_setzero_ps();
+        let sum = sum_pairs!(n, i => {
+            let (wp, ap) = (w.add(20 * i), a.add(36 * i));
+            summs = _mm256_add_ps(summs, dd(t, wp.add(2), ap.add(2)));
+            summs = _mm256_add_ps(summs, dd(t, wp.add(22), ap.add(38)));
+            let x = nibbles64(wp.add(4), wp.add(24));
+            let y = load64(ap.add(4), ap.add(40));
+            let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, y);
+            (scales2(dd(t, wp, ap), dd(t, wp.add(20), ap.add(36))), p)
+        });
+        let last = n / 2 * 2;
+        sum + _mm256_cvtss_f32(summs) + super::q4_1_q8_1(w.add(20 * last), a.add(36 * last), n - last, t)
+    }
+}
+
+wide_fn! {
+    fn q5_1_q8_1(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
+        let mut summs = _mm256_setzero_ps();
+        let sum = sum_pairs!(n, i => {
+            let (wp, ap) = (w.add(24 * i), a.add(36 * i));
+            summs = _mm256_add_ps(summs, dd(t, wp.add(2), ap.add(2)));
+            summs = _mm256_add_ps(summs, dd(t, wp.add(26), ap.add(38)));
+            let hi = _mm512_and_si512(bits64(wp.add(4), wp.add(28)), _mm512_set1_epi8(0x10));
+            let x = _mm512_or_si512(nibbles64(wp.add(8), wp.add(32)), hi);
+            let y = load64(ap.add(4), ap.add(40));
+            let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, y);
+            (scales2(dd(t, wp, ap), dd(t, wp.add(24), ap.add(36))), p)
+        });
+        let last = n / 2 * 2;
+        sum + _mm256_cvtss_f32(summs) + super::q5_1_q8_1(w.add(24 * last), a.add(36 * last), n - last, t)
+    }
+}
+
+/// The 512-bit kernel for `ty`, if this module has one.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/DQ/VL/VNNI.
+pub(super) unsafe fn kernel(ty: GgmlType) -> Option<DotFn> {
+    // SAFETY (every closure): the caller checked the CPU features, and the row lengths were
+    // checked against the block count before any DotFn is called.
+    Some(match ty {
+        GgmlType::Q4_0 => |w, a| unsafe { q4_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 18, f16_table()) },
+        GgmlType::Q4_1 => |w, a| unsafe { q4_1_q8_1(w.as_ptr(), a.as_ptr(), w.len() / 20, f16_table()) },
+        GgmlType::Q5_0 => |w, a| unsafe { q5_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 22, f16_table()) },
+        GgmlType::Q5_1 => |w, a| unsafe { q5_1_q8_1(w.as_ptr(), a.as_ptr(), w.len() / 24, f16_table()) },
+        GgmlType::Q8_0 => |w, a| unsafe { q8_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 34, f16_table()) },
+        _ => return None,
+    })
+}
