@@ -6,7 +6,7 @@
 //!   rows are split into chunks across the rayon pool; each chunk keeps its weight rows hot
 //!   while every token passes over them:
 //!       for chunk in row_chunks (parallel):
-//!           for t in 0..n_tokens:
+//!           for t in 0..n_tokens (4 at a time where a 1-row x 4-token kernel exists):
 //!               for r in chunk: out[t * rows + r] = dot(W[r], act[t])
 //! ```
 
@@ -14,7 +14,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use crate::dot::{kernel_and_act, vec_dot_type, DotFn};
+use crate::dot::{fast_kernel_x4, kernel_and_act, vec_dot_type, DotFn};
 use crate::error::{check_len, row_bytes};
 use crate::quantize_act::quantize_activations;
 use crate::{GgmlType, QuantError};
@@ -152,12 +152,27 @@ fn run(
         return Ok(());
     }
     let rows = w.rows;
+    let dot4 = fast_kernel_x4(w.ty);
+    let act_at = |t: usize| &act[t * act_row..(t + 1) * act_row];
     let tile = |r0: usize, r1: usize, out: &OutPtr| {
-        for (t, a) in act.chunks_exact(act_row).enumerate() {
+        // SAFETY (both writes): t < n_tokens and r < rows, so the index is inside `out`; row
+        // ranges of different tasks are disjoint, so no element is written twice.
+        let mut t = 0;
+        if let Some(dot4) = dot4 {
+            while t + 4 <= n_tokens {
+                let a = [act_at(t), act_at(t + 1), act_at(t + 2), act_at(t + 3)];
+                for r in r0..r1 {
+                    let v = dot4(w.row(r, row_bytes), a);
+                    for (k, v) in v.into_iter().enumerate() {
+                        unsafe { out.0.add((t + k) * rows + r).write(v) };
+                    }
+                }
+                t += 4;
+            }
+        }
+        for t in t..n_tokens {
             for r in r0..r1 {
-                // SAFETY: t < n_tokens and r < rows, so the index is inside `out`; row ranges
-                // of different tasks are disjoint, so no element is written twice.
-                unsafe { out.0.add(t * rows + r).write(dot(w.row(r, row_bytes), a)) };
+                unsafe { out.0.add(t * rows + r).write(dot(w.row(r, row_bytes), act_at(t))) };
             }
         }
     };

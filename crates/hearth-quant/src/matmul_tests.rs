@@ -47,17 +47,18 @@ fn matmul_matches_reference_loop() {
         Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F32, F16, BF16,
     ] {
         assert!(supports_matmul(ty), "{ty}");
-        let n_blocks = if ty.block_size() == 1 {
-            300
-        } else if ty.block_size() == 32 {
-            12
-        } else {
-            2
+        // Odd and even block counts: the wide kernels take blocks in pairs.
+        let block_counts: &[usize] = match ty.block_size() {
+            1 => &[300],
+            32 => &[1, 13, 18],
+            _ => &[1, 2],
         };
-        for n_tokens in [1, 3, 17] {
-            // Small (serial path) and large enough to be split across the pool.
-            check(ty, 5, n_blocks, n_tokens, &mut rng);
-            pool.install(|| check(ty, 203, n_blocks, n_tokens, &mut rng));
+        for &n_blocks in block_counts {
+            for n_tokens in [1, 3, 17] {
+                // Small (serial path) and large enough to be split across the pool.
+                check(ty, 5, n_blocks, n_tokens, &mut rng);
+                pool.install(|| check(ty, 203, n_blocks, n_tokens, &mut rng));
+            }
         }
     }
     assert!(!supports_matmul(IQ2_XXS));

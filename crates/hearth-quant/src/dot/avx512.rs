@@ -90,3 +90,12 @@ pub(super) unsafe fn kernel(ty: GgmlType) -> Option<DotFn> {
     };
     Some(f)
 }
+
+/// The one-row x four-token kernel for `ty`, if there is one at this level.
+///
+/// # Safety
+/// As for [`kernel`].
+pub(super) unsafe fn kernel_x4(ty: GgmlType) -> Option<crate::dot::Dot4Fn> {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { wide::kernel_x4(ty) }
+}

@@ -23,6 +23,10 @@ use crate::{GgmlType, QuantError};
 /// weight type and its activation type; kernels may assume that and nothing about alignment.
 pub(crate) type DotFn = fn(w: &[u8], a: &[u8]) -> f32;
 
+/// One weight row against four activation rows (four tokens) at once, reusing the unpacked
+/// weights; same length contract as [`DotFn`] for every activation row.
+pub(crate) type Dot4Fn = fn(w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
+
 /// The activation type llama.cpp pairs with weight type `ty`, or `None` when there is no dot
 /// kernel for `ty`.
 pub fn vec_dot_type(ty: GgmlType) -> Option<GgmlType> {
@@ -93,6 +97,26 @@ fn build_table(level: KernelLevel) -> Vec<(GgmlType, DotFn)> {
                 _ => None,
             };
             simd.or_else(|| scalar_kernel(ty)).map(|f| (ty, f))
+        })
+        .collect()
+}
+
+/// The one-row x four-token kernel for `ty` on this CPU, where there is one.
+pub(crate) fn fast_kernel_x4(ty: GgmlType) -> Option<Dot4Fn> {
+    static TABLE: OnceLock<Vec<(GgmlType, Dot4Fn)>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| build_table_x4(kernel_level()));
+    table.iter().find(|e| e.0 == ty).map(|e| e.1)
+}
+
+fn build_table_x4(level: KernelLevel) -> Vec<(GgmlType, Dot4Fn)> {
+    use GgmlType::*;
+    [Q4_0, Q4_1, Q5_0, Q8_0]
+        .iter()
+        .filter_map(|&ty| match level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: kernel_level() reported AVX-512 F/BW/DQ/VL/VNNI plus AVX2/FMA/F16C.
+            KernelLevel::Avx512Vnni => unsafe { avx512::kernel_x4(ty) }.map(|f| (ty, f)),
+            _ => None,
         })
         .collect()
 }

@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 
 use crate::dot::x86::{bcast_f16, f16_table, load32};
-use crate::dot::DotFn;
+use crate::dot::{Dot4Fn, DotFn};
 use crate::GgmlType;
 
 /// Every kernel here requires these features; `kernel` is only reached after checking them.
@@ -174,6 +174,98 @@ wide_fn! {
         let last = n / 2 * 2;
         sum + _mm256_cvtss_f32(summs) + super::q5_1_q8_1(w.add(24 * last), a.add(36 * last), n - last, t)
     }
+}
+
+/// Defines a kernel of one weight row against 4 activation rows of signed Q8_0 blocks, for a
+/// signed weight type: the weight pair is unpacked once (`|wp| i8 lanes`) and reused
+/// for each token. Prefill runs this; decode runs the one-row kernels above.
+macro_rules! signed_x4 {
+    ($name:ident, $one:ident, $wsz:expr, |$wp:ident| $unpack:expr) => {
+        wide_fn! {
+            fn $name(w: *const u8, a: [*const u8; 4], n: usize, t: &[f32; 65536]) -> [f32; 4] {
+                let zero = _mm512_setzero_si512();
+                let mut acc = [_mm512_setzero_ps(); 4];
+                let mut i = 0usize;
+                while i + 2 <= n {
+                    let $wp = w.add($wsz * i);
+                    let x: __m512i = $unpack;
+                    let (ax, neg) = (_mm512_abs_epi8(x), _mm512_movepi8_mask(x));
+                    let dw = scales2(bcast_f16(t, $wp), bcast_f16(t, $wp.add($wsz)));
+                    for (acc, ap) in acc.iter_mut().zip(a) {
+                        let ap = ap.add(34 * i);
+                        let y = load64(ap.add(2), ap.add(36));
+                        let y = _mm512_mask_sub_epi8(y, neg, zero, y);
+                        let p = _mm512_dpbusd_epi32(zero, ax, y);
+                        let d = _mm512_mul_ps(dw, scales2(bcast_f16(t, ap), bcast_f16(t, ap.add(34))));
+                        *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), *acc);
+                    }
+                    i += 2;
+                }
+                let mut out = [0f32; 4];
+                for k in 0..4 {
+                    out[k] = _mm512_reduce_add_ps(acc[k])
+                        + super::$one(w.add($wsz * i), a[k].add(34 * i), n - i, t);
+                }
+                out
+            }
+        }
+    };
+}
+
+signed_x4!(q8_0_x4, q8_0_q8_0, 34, |wp| load64(wp.add(2), wp.add(36)));
+signed_x4!(q4_0_x4, q4_0_q8_0, 18, |wp| {
+    _mm512_sub_epi8(nibbles64(wp.add(2), wp.add(20)), _mm512_set1_epi8(8))
+});
+signed_x4!(q5_0_x4, q5_0_q8_0, 22, |wp| {
+    let hi = _mm512_andnot_si512(bits64(wp.add(2), wp.add(24)), _mm512_set1_epi8(0xF0u8 as i8));
+    _mm512_or_si512(nibbles64(wp.add(6), wp.add(28)), hi)
+});
+
+wide_fn! {
+    /// Q4_1 against 4 Q8_1 activation rows (see `signed_x4!`).
+    fn q4_1_x4(w: *const u8, a: [*const u8; 4], n: usize, t: &[f32; 65536]) -> [f32; 4] {
+        let zero = _mm512_setzero_si512();
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut summs = [_mm256_setzero_ps(); 4];
+        let mut i = 0usize;
+        while i + 2 <= n {
+            let wp = w.add(20 * i);
+            let x = nibbles64(wp.add(4), wp.add(24));
+            let dw = scales2(bcast_f16(t, wp), bcast_f16(t, wp.add(20)));
+            let (m0, m1) = (bcast_f16(t, wp.add(2)), bcast_f16(t, wp.add(22)));
+            for k in 0..4 {
+                let ap = a[k].add(36 * i);
+                summs[k] = _mm256_fmadd_ps(m0, bcast_f16(t, ap.add(2)), summs[k]);
+                summs[k] = _mm256_fmadd_ps(m1, bcast_f16(t, ap.add(38)), summs[k]);
+                let p = _mm512_dpbusd_epi32(zero, x, load64(ap.add(4), ap.add(40)));
+                let d = _mm512_mul_ps(dw, scales2(bcast_f16(t, ap), bcast_f16(t, ap.add(36))));
+                acc[k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc[k]);
+            }
+            i += 2;
+        }
+        let mut out = [0f32; 4];
+        for k in 0..4 {
+            out[k] = _mm512_reduce_add_ps(acc[k])
+                + _mm256_cvtss_f32(summs[k])
+                + super::q4_1_q8_1(w.add(20 * i), a[k].add(36 * i), n - i, t);
+        }
+        out
+    }
+}
+
+/// The one-row x four-token kernel for `ty`, if this module has one.
+///
+/// # Safety
+/// As for [`kernel`].
+pub(super) unsafe fn kernel_x4(ty: GgmlType) -> Option<Dot4Fn> {
+    // SAFETY (every closure): as in `kernel`; all four activation rows have the same length.
+    Some(match ty {
+        GgmlType::Q4_0 => |w, a| unsafe { q4_0_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 18, f16_table()) },
+        GgmlType::Q4_1 => |w, a| unsafe { q4_1_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 20, f16_table()) },
+        GgmlType::Q5_0 => |w, a| unsafe { q5_0_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 22, f16_table()) },
+        GgmlType::Q8_0 => |w, a| unsafe { q8_0_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 34, f16_table()) },
+        _ => return None,
+    })
 }
 
 /// The 512-bit kernel for `ty`, if this module has one.
