@@ -49,10 +49,12 @@ impl ChatTemplate {
     /// Compiles `source`; `name` appears in error messages.
     pub fn new(name: &str, source: &str) -> Result<ChatTemplate, TokenizerError> {
         let mut env = Environment::new();
-        // NOTE: transformers renders with Jinja2 defaults for whitespace: trim_blocks and
-        // lstrip_blocks off, and a trailing newline of the template dropped.
-        env.set_trim_blocks(false);
-        env.set_lstrip_blocks(false);
+        // NOTE: transformers compiles chat templates with
+        // `ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+        // extensions=[loopcontrols])` and Jinja2's default of dropping one trailing newline;
+        // templates are written against that, so whitespace only matches with the same settings.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(false);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
@@ -160,21 +162,32 @@ fn strftime_now(format: String) -> Result<String, Error> {
 }
 
 /// `tojson` as transformers defines it: Python's `json.dumps(x, ensure_ascii=False,
-/// indent=indent)`, i.e. `", "` / `": "` separators and non-ASCII kept as is.
+/// indent=indent, sort_keys=sort_keys)`, i.e. `", "` / `": "` separators (`","` between items
+/// when indenting) and non-ASCII kept as is.
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
-    let indent: Option<usize> = kwargs.get("indent")?;
+    let style = JsonStyle {
+        indent: kwargs.get("indent")?,
+        sort_keys: kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false),
+    };
     kwargs.assert_all_used()?;
     let mut out = String::new();
-    write_json(&value, indent, 0, &mut out)?;
+    write_json(&value, style, 0, &mut out)?;
     Ok(Value::from_safe_string(out))
+}
+
+#[derive(Clone, Copy)]
+struct JsonStyle {
+    indent: Option<usize>,
+    sort_keys: bool,
 }
 
 fn write_json(
     value: &Value,
-    indent: Option<usize>,
+    style: JsonStyle,
     depth: usize,
     out: &mut String,
 ) -> Result<(), Error> {
+    let indent = style.indent;
     let newline = |out: &mut String, depth: usize| {
         if let Some(width) = indent {
             out.push('\n');
@@ -207,13 +220,16 @@ fn write_json(
                     out.push_str(item_sep);
                 }
                 newline(out, depth + 1);
-                write_json(item, indent, depth + 1, out)?;
+                write_json(item, style, depth + 1, out)?;
             }
             newline(out, depth);
             out.push(']');
         }
         ValueKind::Map => {
-            let keys: Vec<Value> = value.try_iter()?.collect();
+            let mut keys: Vec<Value> = value.try_iter()?.collect();
+            if style.sort_keys {
+                keys.sort();
+            }
             if keys.is_empty() {
                 out.push_str("{}");
                 return Ok(());
@@ -230,7 +246,7 @@ fn write_json(
                     .unwrap_or_else(|| key.to_string());
                 out.push_str(&serde_json::to_string(&key_text).unwrap_or_default());
                 out.push_str(": ");
-                write_json(&value.get_item(key)?, indent, depth + 1, out)?;
+                write_json(&value.get_item(key)?, style, depth + 1, out)?;
             }
             newline(out, depth);
             out.push('}');
