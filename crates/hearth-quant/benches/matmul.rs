@@ -39,14 +39,19 @@ fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut XorShift) ->
     let n = rows * cols;
     match ty {
         GgmlType::F32 => (0..n).flat_map(|_| rng.unit().to_le_bytes()).collect(),
-        GgmlType::F16 => (0..n).flat_map(|_| f16::from_f32(rng.unit()).to_le_bytes()).collect(),
-        GgmlType::BF16 => (0..n).flat_map(|_| bf16::from_f32(rng.unit()).to_le_bytes()).collect(),
+        GgmlType::F16 => (0..n)
+            .flat_map(|_| f16::from_f32(rng.unit()).to_le_bytes())
+            .collect(),
+        GgmlType::BF16 => (0..n)
+            .flat_map(|_| bf16::from_f32(rng.unit()).to_le_bytes())
+            .collect(),
         _ => {
             let bytes = ty.bytes_for(n as u64).expect("whole blocks") as usize;
             let mut data: Vec<u8> = (0..bytes).map(|_| rng.next() as u8).collect();
             for b in data.chunks_exact_mut(ty.type_size()) {
                 for &off in f16_fields(ty) {
-                    b[off..off + 2].copy_from_slice(&f16::from_f32(rng.unit() * 0.01).to_le_bytes());
+                    b[off..off + 2]
+                        .copy_from_slice(&f16::from_f32(rng.unit() * 0.01).to_le_bytes());
                 }
             }
             data
@@ -72,7 +77,10 @@ fn time_it(min_time: Duration, mut f: impl FnMut()) -> f64 {
 
 fn main() {
     use GgmlType::*;
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let mut threads = vec![1usize, 2];
     let mut prefill = 128usize;
     let mut filter = Vec::new();
@@ -81,13 +89,18 @@ fn main() {
         match a.as_str() {
             "--threads" => {
                 let v = it.next().expect("--threads needs a list like 1,2");
-                threads = v.split(',').map(|t| t.parse().expect("thread count")).collect();
+                threads = v
+                    .split(',')
+                    .map(|t| t.parse().expect("thread count"))
+                    .collect();
             }
             "--prefill" => prefill = it.next().and_then(|v| v.parse().ok()).expect("--prefill N"),
             name => filter.push(name.to_uppercase()),
         }
     }
-    let types = [Q4_1, Q8_0, Q4_K, Q6_K, Q5_0, F16, F32, Q4_0, Q5_K, Q3_K, Q2_K, Q5_1, BF16];
+    let types = [
+        Q4_1, Q8_0, Q4_K, Q6_K, Q5_0, F16, F32, Q4_0, Q5_K, Q3_K, Q2_K, Q5_1, BF16,
+    ];
     // (rows, cols, n_tokens): decode shapes (640 x 2048 is where k-quants fit: cols % 256 == 0),
     // then prefill.
     let shapes = [
@@ -117,10 +130,15 @@ fn main() {
             let x: Vec<f32> = (0..n_tokens * cols).map(|_| rng.unit()).collect();
             let mut out = vec![0f32; n_tokens * rows];
             for &t in &threads {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("thread pool");
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(t)
+                    .build()
+                    .expect("thread pool");
                 let min_time = Duration::from_millis(300);
                 let secs = pool.install(|| {
-                    time_it(min_time, || matmul(&w, &x, n_tokens, &mut out).expect("matmul"))
+                    time_it(min_time, || {
+                        matmul(&w, &x, n_tokens, &mut out).expect("matmul")
+                    })
                 });
                 let gbs = data.len() as f64 / secs / 1e9;
                 let gflops = 2.0 * (rows * cols * n_tokens) as f64 / secs / 1e9;

@@ -172,7 +172,11 @@ fn run(
         }
         for t in t..n_tokens {
             for r in r0..r1 {
-                unsafe { out.0.add(t * rows + r).write(dot(w.row(r, row_bytes), act_at(t))) };
+                unsafe {
+                    out.0
+                        .add(t * rows + r)
+                        .write(dot(w.row(r, row_bytes), act_at(t)))
+                };
             }
         }
     };

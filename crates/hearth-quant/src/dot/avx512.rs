@@ -21,6 +21,9 @@ define_int_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni
 /// 512-bit kernels for the legacy types, two blocks per register.
 #[path = "avx512/wide.rs"]
 mod wide;
+/// 512-bit kernels for Q4_K and Q6_K.
+#[path = "avx512/wide_k.rs"]
+mod wide_k;
 
 macro_rules! float_dot {
     ($name:ident, $elem:ty, $load:ident, $to_f32:expr) => {
@@ -86,7 +89,13 @@ pub(super) unsafe fn kernel(ty: GgmlType) -> Option<DotFn> {
         GgmlType::F16 => |w, a| unsafe { f16_f16(w.as_ptr(), a.as_ptr(), w.len() / 2) },
         GgmlType::BF16 => |w, a| unsafe { bf16_bf16(w.as_ptr(), a.as_ptr(), w.len() / 2) },
         // SAFETY: forwarded from this function's contract.
-        _ => return unsafe { wide::kernel(ty).or_else(|| int_kernel(ty)) },
+        _ => {
+            return unsafe {
+                wide::kernel(ty)
+                    .or_else(|| wide_k::kernel(ty))
+                    .or_else(|| int_kernel(ty))
+            }
+        }
     };
     Some(f)
 }

@@ -217,7 +217,10 @@ signed_x4!(q4_0_x4, q4_0_q8_0, 18, |wp| {
     _mm512_sub_epi8(nibbles64(wp.add(2), wp.add(20)), _mm512_set1_epi8(8))
 });
 signed_x4!(q5_0_x4, q5_0_q8_0, 22, |wp| {
-    let hi = _mm512_andnot_si512(bits64(wp.add(2), wp.add(24)), _mm512_set1_epi8(0xF0u8 as i8));
+    let hi = _mm512_andnot_si512(
+        bits64(wp.add(2), wp.add(24)),
+        _mm512_set1_epi8(0xF0u8 as i8),
+    );
     _mm512_or_si512(nibbles64(wp.add(6), wp.add(28)), hi)
 });
 
@@ -260,10 +263,18 @@ wide_fn! {
 pub(super) unsafe fn kernel_x4(ty: GgmlType) -> Option<Dot4Fn> {
     // SAFETY (every closure): as in `kernel`; all four activation rows have the same length.
     Some(match ty {
-        GgmlType::Q4_0 => |w, a| unsafe { q4_0_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 18, f16_table()) },
-        GgmlType::Q4_1 => |w, a| unsafe { q4_1_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 20, f16_table()) },
-        GgmlType::Q5_0 => |w, a| unsafe { q5_0_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 22, f16_table()) },
-        GgmlType::Q8_0 => |w, a| unsafe { q8_0_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 34, f16_table()) },
+        GgmlType::Q4_0 => {
+            |w, a| unsafe { q4_0_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 18, f16_table()) }
+        }
+        GgmlType::Q4_1 => {
+            |w, a| unsafe { q4_1_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 20, f16_table()) }
+        }
+        GgmlType::Q5_0 => {
+            |w, a| unsafe { q5_0_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 22, f16_table()) }
+        }
+        GgmlType::Q8_0 => {
+            |w, a| unsafe { q8_0_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 34, f16_table()) }
+        }
         _ => return None,
     })
 }
@@ -276,11 +287,21 @@ pub(super) unsafe fn kernel(ty: GgmlType) -> Option<DotFn> {
     // SAFETY (every closure): the caller checked the CPU features, and the row lengths were
     // checked against the block count before any DotFn is called.
     Some(match ty {
-        GgmlType::Q4_0 => |w, a| unsafe { q4_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 18, f16_table()) },
-        GgmlType::Q4_1 => |w, a| unsafe { q4_1_q8_1(w.as_ptr(), a.as_ptr(), w.len() / 20, f16_table()) },
-        GgmlType::Q5_0 => |w, a| unsafe { q5_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 22, f16_table()) },
-        GgmlType::Q5_1 => |w, a| unsafe { q5_1_q8_1(w.as_ptr(), a.as_ptr(), w.len() / 24, f16_table()) },
-        GgmlType::Q8_0 => |w, a| unsafe { q8_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 34, f16_table()) },
+        GgmlType::Q4_0 => {
+            |w, a| unsafe { q4_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 18, f16_table()) }
+        }
+        GgmlType::Q4_1 => {
+            |w, a| unsafe { q4_1_q8_1(w.as_ptr(), a.as_ptr(), w.len() / 20, f16_table()) }
+        }
+        GgmlType::Q5_0 => {
+            |w, a| unsafe { q5_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 22, f16_table()) }
+        }
+        GgmlType::Q5_1 => {
+            |w, a| unsafe { q5_1_q8_1(w.as_ptr(), a.as_ptr(), w.len() / 24, f16_table()) }
+        }
+        GgmlType::Q8_0 => {
+            |w, a| unsafe { q8_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 34, f16_table()) }
+        }
         _ => return None,
     })
 }
