@@ -1,1 +1,20 @@
-//! hearth-models
+//! Model definitions.
+//!
+//! Every supported architecture is a [`DecoderModel`] configured by a small file in [`arch`]
+//! that reads its hyperparameters from GGUF metadata and sets the flags that make it differ from
+//! its siblings (QK-norm, post-norms, sliding windows, ...). [`registry`] maps
+//! `general.architecture` to those files.
+
+pub mod arch;
+mod batch;
+mod config;
+mod decoder;
+mod error;
+mod loader;
+pub mod registry;
+
+pub use batch::Batch;
+pub use config::{DecoderConfig, LayerKind};
+pub use decoder::DecoderModel;
+pub use error::ModelError;
+pub use loader::{GgufTensorBytes, TensorLoader};

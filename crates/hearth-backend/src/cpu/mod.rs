@@ -1,0 +1,328 @@
+//! The CPU backend: the reference every other backend is tested against, and a fast path in its
+//! own right (SIMD kernels from `hearth-quant`, rayon for threads).
+
+mod attention;
+mod ops;
+mod simd;
+
+use std::sync::Arc;
+
+use half::f16;
+use hearth_quant::{GgmlType, WeightMatrix};
+
+use crate::{
+    Activation, AttnBatch, AttnParams, Backend, BackendError, ByteSource, HostWeight, KvSpec,
+    RopeSpec,
+};
+
+/// A dense row-major f32 matrix.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuTensor {
+    pub data: Vec<f32>,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl CpuTensor {
+    pub fn row(&self, r: usize) -> &[f32] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+/// A weight kept where it is on the host (usually the file mapping): no copy.
+pub struct CpuWeight {
+    name: String,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    data: Arc<dyn ByteSource>,
+    /// Norm vectors and other small tensors are dequantized once at load.
+    dense: Option<Vec<f32>>,
+}
+
+impl CpuWeight {
+    fn matrix(&self) -> Result<WeightMatrix<'_>, BackendError> {
+        WeightMatrix::new(self.ty, self.data.bytes(), self.rows, self.cols).map_err(|e| {
+            BackendError::BadWeight {
+                name: self.name.clone(),
+                reason: e.to_string(),
+            }
+        })
+    }
+
+    fn dense(&self) -> &[f32] {
+        // NOTE: `load_weight` fills `dense` for every 1-row weight, and only those reach here.
+        self.dense.as_deref().unwrap_or(&[])
+    }
+}
+
+/// Keys and values of every layer, stored as f16 in `n_blocks * block_size` token slots.
+pub struct CpuKvCache {
+    /// Per layer: (keys, values), each `[n_slots, kv_dim]`.
+    layers: Vec<(Vec<f16>, Vec<f16>)>,
+    kv_dims: Vec<usize>,
+    block_size: usize,
+}
+
+/// The CPU backend with its own thread pool.
+pub struct CpuBackend {
+    pool: rayon::ThreadPool,
+    n_threads: usize,
+}
+
+impl CpuBackend {
+    /// A backend running on `n_threads` threads (0 = one per physical core as rayon counts them).
+    pub fn new(n_threads: usize) -> Result<Self, BackendError> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(n_threads)
+            .thread_name(|i| format!("hearth-cpu-{i}"))
+            .build()
+            .map_err(|e| BackendError::Unsupported(format!("cannot start threads: {e}")))?;
+        let n_threads = pool.current_num_threads();
+        Ok(Self { pool, n_threads })
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.n_threads
+    }
+}
+
+impl Backend for CpuBackend {
+    type Tensor = CpuTensor;
+    type Weight = CpuWeight;
+    type KvCache = CpuKvCache;
+
+    fn name(&self) -> String {
+        format!(
+            "cpu ({}, {} threads)",
+            hearth_quant::kernel_name(),
+            self.n_threads
+        )
+    }
+
+    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
+    fn load_weight(&self, w: HostWeight) -> Result<CpuWeight, BackendError> {
+        let bad = |reason: String| BackendError::BadWeight {
+            name: w.name.clone(),
+            reason,
+        };
+        let expected =
+            w.ty.bytes_for(w.cols as u64)
+                .and_then(|b| b.checked_mul(w.rows as u64))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{} columns is not a whole number of {} blocks",
+                        w.cols, w.ty
+                    ))
+                })?;
+        if w.data.bytes().len() as u64 != expected {
+            return Err(bad(format!(
+                "holds {} bytes, its shape and type need {expected}",
+                w.data.bytes().len()
+            )));
+        }
+        let dense = if w.rows == 1 {
+            let mut v = vec![0.0; w.cols];
+            hearth_quant::dequantize_row(w.ty, w.data.bytes(), &mut v)
+                .map_err(|e| bad(e.to_string()))?;
+            Some(v)
+        } else {
+            if !hearth_quant::supports_matmul(w.ty) {
+                return Err(bad(format!(
+                    "type {} is not supported by the CPU backend",
+                    w.ty
+                )));
+            }
+            None
+        };
+        Ok(CpuWeight {
+            name: w.name,
+            ty: w.ty,
+            rows: w.rows,
+            cols: w.cols,
+            data: w.data,
+            dense,
+        })
+    }
+
+    fn new_kv_cache(&self, spec: &KvSpec) -> Result<CpuKvCache, BackendError> {
+        let n_slots = spec.n_blocks * spec.block_size;
+        let mut layers = Vec::with_capacity(spec.kv_dims.len());
+        for &d in &spec.kv_dims {
+            let len = n_slots.checked_mul(d).ok_or_else(|| {
+                BackendError::OutOfMemory(format!("KV cache of {n_slots} slots overflows"))
+            })?;
+            let mut k = Vec::new();
+            let mut v = Vec::new();
+            k.try_reserve_exact(len)
+                .and_then(|_| v.try_reserve_exact(len))
+                .map_err(|_| {
+                    BackendError::OutOfMemory(format!(
+                        "KV cache needs {} MiB",
+                        spec.bytes_f16() >> 20
+                    ))
+                })?;
+            k.resize(len, f16::ZERO);
+            v.resize(len, f16::ZERO);
+            layers.push((k, v));
+        }
+        Ok(CpuKvCache {
+            layers,
+            kv_dims: spec.kv_dims.clone(),
+            block_size: spec.block_size,
+        })
+    }
+
+    fn zeros(&self, rows: usize, cols: usize) -> CpuTensor {
+        CpuTensor {
+            data: vec![0.0; rows * cols],
+            rows,
+            cols,
+        }
+    }
+
+    fn from_host(&self, data: &[f32], rows: usize, cols: usize) -> CpuTensor {
+        assert_eq!(
+            data.len(),
+            rows * cols,
+            "from_host: data does not match shape"
+        );
+        CpuTensor {
+            data: data.to_vec(),
+            rows,
+            cols,
+        }
+    }
+
+    fn to_host(&self, t: &CpuTensor) -> Vec<f32> {
+        t.data.clone()
+    }
+
+    fn copy(&self, t: &CpuTensor) -> CpuTensor {
+        t.clone()
+    }
+
+    fn shape(&self, t: &CpuTensor) -> (usize, usize) {
+        (t.rows, t.cols)
+    }
+
+    fn embed(
+        &self,
+        table: &CpuWeight,
+        tokens: &[u32],
+        out: &mut CpuTensor,
+    ) -> Result<(), BackendError> {
+        let m = table.matrix()?;
+        assert_eq!((out.rows, out.cols), (tokens.len(), table.cols));
+        for (i, &t) in tokens.iter().enumerate() {
+            if t as usize >= table.rows {
+                return Err(BackendError::BadWeight {
+                    name: table.name.clone(),
+                    reason: format!("token id {t} is outside the vocabulary of {}", table.rows),
+                });
+            }
+            hearth_quant::dequantize_rows(
+                &m,
+                t as usize,
+                &mut out.data[i * out.cols..][..out.cols],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn matmul(
+        &self,
+        w: &CpuWeight,
+        x: &CpuTensor,
+        out: &mut CpuTensor,
+    ) -> Result<(), BackendError> {
+        assert_eq!(x.cols, w.cols, "matmul {}: input width", w.name);
+        assert_eq!(
+            (out.rows, out.cols),
+            (x.rows, w.rows),
+            "matmul {}: output shape",
+            w.name
+        );
+        hearth_quant::matmul(&w.matrix()?, &x.data, x.rows, &mut out.data)?;
+        Ok(())
+    }
+
+    fn rms_norm(
+        &self,
+        x: &mut CpuTensor,
+        weight: &CpuWeight,
+        group: usize,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        let w = weight.dense();
+        if w.len() != group || x.cols % group != 0 {
+            return Err(BackendError::BadWeight {
+                name: weight.name.clone(),
+                reason: format!("norm of {} values applied to groups of {group}", w.len()),
+            });
+        }
+        ops::rms_norm(&mut x.data, w, eps);
+        Ok(())
+    }
+
+    fn rope(
+        &self,
+        x: &mut CpuTensor,
+        positions: &[u32],
+        head_dim: usize,
+        rope: &RopeSpec,
+    ) -> Result<(), BackendError> {
+        assert_eq!(positions.len(), x.rows);
+        if x.cols % head_dim != 0 || rope.n_rot > head_dim || rope.n_rot % 2 != 0 {
+            return Err(BackendError::Unsupported(format!(
+                "rope over {} of {head_dim} values in rows of {}",
+                rope.n_rot, x.cols
+            )));
+        }
+        ops::rope(&mut x.data, x.cols, positions, head_dim, rope);
+        Ok(())
+    }
+
+    fn add(&self, x: &mut CpuTensor, y: &CpuTensor) {
+        assert_eq!(x.data.len(), y.data.len());
+        x.data.iter_mut().zip(&y.data).for_each(|(a, b)| *a += b);
+    }
+
+    fn scale(&self, x: &mut CpuTensor, s: f32) {
+        x.data.iter_mut().for_each(|a| *a *= s);
+    }
+
+    fn glu(&self, gate: &mut CpuTensor, up: &CpuTensor, act: Activation) {
+        assert_eq!(gate.data.len(), up.data.len());
+        ops::glu(&mut gate.data, &up.data, act);
+    }
+
+    fn gather_rows(&self, x: &CpuTensor, rows: &[usize]) -> CpuTensor {
+        let mut data = Vec::with_capacity(rows.len() * x.cols);
+        for &r in rows {
+            data.extend_from_slice(x.row(r));
+        }
+        CpuTensor {
+            data,
+            rows: rows.len(),
+            cols: x.cols,
+        }
+    }
+
+    fn attention(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        cache: &mut CpuKvCache,
+        layer: usize,
+        batch: &AttnBatch,
+        params: &AttnParams,
+        out: &mut CpuTensor,
+    ) -> Result<(), BackendError> {
+        attention::attention(q, k, v, cache, layer, batch, params, out)
+    }
+}

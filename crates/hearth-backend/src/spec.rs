@@ -1,0 +1,92 @@
+//! Plain descriptions of what an operation should do, shared by every backend.
+
+/// How rotary embedding pairs up the values of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeKind {
+    /// Adjacent pairs `(x[2i], x[2i+1])`: GGUF llama-family files (their Q/K weights were permuted
+    /// at conversion so that this matches the HF layout).
+    Normal,
+    /// Halves `(x[i], x[i + n_rot/2])`: the HF / GPT-NeoX layout (Qwen, Gemma).
+    Neox,
+}
+
+/// Rotary position embedding parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeSpec {
+    pub kind: RopeKind,
+    /// Number of leading values of each head that are rotated (≤ head_dim, even).
+    pub n_rot: usize,
+    pub freq_base: f32,
+    /// Linear position scaling: positions are multiplied by this (1.0 = none).
+    pub freq_scale: f32,
+    /// Per-frequency divisors (Llama 3.1 `rope_freqs`), length `n_rot / 2`, or empty.
+    pub freq_factors: Vec<f32>,
+}
+
+/// The nonlinearity of a gated feed-forward block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// x · sigmoid(x) (Llama, Qwen).
+    Silu,
+    /// GELU, tanh approximation (Gemma).
+    GeluTanh,
+}
+
+/// Shape of the KV cache to allocate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvSpec {
+    /// `n_kv_heads * head_dim` for each layer.
+    pub kv_dims: Vec<usize>,
+    pub n_blocks: usize,
+    pub block_size: usize,
+}
+
+impl KvSpec {
+    /// Bytes this cache takes when stored as f16.
+    pub fn bytes_f16(&self) -> u64 {
+        let slots = (self.n_blocks * self.block_size) as u64;
+        self.kv_dims.iter().map(|&d| 2 * 2 * slots * d as u64).sum()
+    }
+}
+
+/// One sequence's part of a batch, as attention sees it.
+///
+/// The sequence's new tokens are rows `token_start .. token_start + n_tokens` of the batch and sit
+/// at positions `first_pos ..`; positions before `first_pos` are already in the cache.
+#[derive(Clone, Debug)]
+pub struct AttnSeq<'a> {
+    pub token_start: usize,
+    pub n_tokens: usize,
+    pub first_pos: usize,
+    /// Physical block of each logical block of the sequence; covers `first_pos + n_tokens` tokens.
+    pub block_table: &'a [u32],
+}
+
+/// All sequences of a batch.
+#[derive(Clone, Debug)]
+pub struct AttnBatch<'a> {
+    pub seqs: &'a [AttnSeq<'a>],
+    pub block_size: usize,
+}
+
+impl AttnSeq<'_> {
+    /// Flat cache slot of position `pos` of this sequence.
+    #[inline]
+    pub fn slot(&self, pos: usize, block_size: usize) -> usize {
+        self.block_table[pos / block_size] as usize * block_size + pos % block_size
+    }
+}
+
+/// Per-layer attention parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttnParams {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplies q·k before the softmax.
+    pub scale: f32,
+    /// Sliding window: a token at position p sees positions p - window + 1 ..= p.
+    pub window: Option<usize>,
+    /// Attention-logit soft-capping `c · tanh(x / c)` (Gemma 2), if any.
+    pub softcap: Option<f32>,
+}

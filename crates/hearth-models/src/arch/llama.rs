@@ -1,0 +1,40 @@
+//! Llama 1/2/3, Mistral, Yi, SmolLM: the plain pre-norm decoder with SwiGLU and rotary embedding.
+
+use hearth_backend::RopeKind;
+use hearth_gguf::GgufFile;
+
+use crate::{config::CommonHparams, DecoderConfig, ModelError};
+
+pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
+    let arch = "llama";
+    let hp = CommonHparams::read(file.metadata(), arch)?;
+    // NOTE: llama.cpp's converter permutes Q/K rows so that adjacent-pair rope reproduces HF's
+    // rotate-half; so GGUF llama files use the "normal" (adjacent) rope.
+    let mut c = hp.into_config(arch, super::n_vocab(file)?, RopeKind::Normal);
+    c.rope.freq_factors = rope_freq_factors(file, c.rope.n_rot)?;
+    c.rope_sliding = c.rope.clone();
+    Ok(c)
+}
+
+/// Llama 3.1-style per-frequency divisors, stored as the `rope_freqs.weight` tensor.
+fn rope_freq_factors(file: &GgufFile, n_rot: usize) -> Result<Vec<f32>, ModelError> {
+    let name = "rope_freqs.weight";
+    let Some(info) = file.tensor(name) else {
+        return Ok(Vec::new());
+    };
+    let bad = |reason: String| ModelError::BadTensor {
+        name: name.into(),
+        reason,
+    };
+    if info.n_elements() != (n_rot / 2) as u64 {
+        return Err(bad(format!(
+            "{} values, expected {}",
+            info.n_elements(),
+            n_rot / 2
+        )));
+    }
+    let mut out = vec![0.0; n_rot / 2];
+    hearth_quant::dequantize_row(info.ty, file.tensor_data(info), &mut out)
+        .map_err(|e| bad(e.to_string()))?;
+    Ok(out)
+}

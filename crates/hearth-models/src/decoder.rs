@@ -1,0 +1,225 @@
+//! The decoder-only transformer all supported architectures share.
+//!
+//! ```text
+//!  x = embed(tokens) [· embed_scale]
+//!  per layer:  h = attn(rms_norm(x))   [post-norm]   x += h
+//!              h = ffn(rms_norm(x))    [post-norm]   x += h
+//!  logits = lm_head(rms_norm(x[logits_rows]))
+//! ```
+
+use hearth_backend::{AttnBatch, AttnParams, Backend};
+
+use crate::{Batch, DecoderConfig, LayerKind, ModelError, TensorLoader};
+
+/// The weights of one transformer block (HF names in comments).
+struct Layer<W> {
+    attn_norm: W,              // input_layernorm
+    wq: W,                     // self_attn.q_proj  [n_heads * head_dim, n_embd]
+    wk: W,                     // self_attn.k_proj  [n_kv_heads * head_dim, n_embd]
+    wv: W,                     // self_attn.v_proj
+    wo: W,                     // self_attn.o_proj  [n_embd, n_heads * head_dim]
+    q_norm: Option<W>,         // self_attn.q_norm  [head_dim]
+    k_norm: Option<W>,         // self_attn.k_norm
+    attn_post_norm: Option<W>, // post_attention_layernorm (Gemma)
+    ffn_norm: W, // post_attention_layernorm (Llama) / pre_feedforward_layernorm (Gemma)
+    ffn_gate: W, // mlp.gate_proj  [n_ff, n_embd]
+    ffn_up: W,   // mlp.up_proj
+    ffn_down: W, // mlp.down_proj  [n_embd, n_ff]
+    ffn_post_norm: Option<W>, // post_feedforward_layernorm (Gemma)
+}
+
+/// A decoder-only transformer on backend `B`.
+pub struct DecoderModel<B: Backend> {
+    pub config: DecoderConfig,
+    tok_embd: B::Weight,
+    output_norm: B::Weight,
+    /// `None` when the embeddings are tied.
+    output: Option<B::Weight>,
+    layers: Vec<Layer<B::Weight>>,
+}
+
+impl<B: Backend> DecoderModel<B> {
+    /// Load the weights named as llama.cpp's GGUF files name them.
+    pub fn load(config: DecoderConfig, loader: &TensorLoader<B>) -> Result<Self, ModelError> {
+        let c = &config;
+        let (e, q_dim, kv_dim) = (c.n_embd, c.n_heads * c.head_dim, c.kv_dim());
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            let norm_opt =
+                |s: &str, len: usize, on: bool| -> Result<Option<B::Weight>, ModelError> {
+                    if on {
+                        loader.load(&n(s), 1, len).map(Some)
+                    } else {
+                        Ok(None)
+                    }
+                };
+            layers.push(Layer {
+                attn_norm: loader.load(&n("attn_norm"), 1, e)?,
+                wq: loader.load(&n("attn_q"), q_dim, e)?,
+                wk: loader.load(&n("attn_k"), kv_dim, e)?,
+                wv: loader.load(&n("attn_v"), kv_dim, e)?,
+                wo: loader.load(&n("attn_output"), e, q_dim)?,
+                q_norm: norm_opt("attn_q_norm", c.head_dim, c.qk_norm)?,
+                k_norm: norm_opt("attn_k_norm", c.head_dim, c.qk_norm)?,
+                attn_post_norm: norm_opt("post_attention_norm", e, c.post_norms)?,
+                ffn_norm: loader.load(&n("ffn_norm"), 1, e)?,
+                ffn_gate: loader.load(&n("ffn_gate"), c.n_ff, e)?,
+                ffn_up: loader.load(&n("ffn_up"), c.n_ff, e)?,
+                ffn_down: loader.load(&n("ffn_down"), e, c.n_ff)?,
+                ffn_post_norm: norm_opt("post_ffw_norm", e, c.post_norms)?,
+            });
+        }
+        Ok(Self {
+            tok_embd: loader.load("token_embd.weight", c.n_vocab, e)?,
+            output_norm: loader.load("output_norm.weight", 1, e)?,
+            output: loader.load_optional("output.weight", c.n_vocab, e)?,
+            layers,
+            config,
+        })
+    }
+
+    /// Run one step over `batch`, writing its K/V into `cache`; returns the logits of
+    /// `batch.logits_rows`, `[logits_rows.len(), n_vocab]` row-major.
+    pub fn forward(
+        &self,
+        backend: &B,
+        batch: &Batch,
+        cache: &mut B::KvCache,
+        block_size: usize,
+    ) -> Result<Vec<f32>, ModelError> {
+        batch.validate(block_size).map_err(ModelError::BadBatch)?;
+        if let Some(&t) = batch
+            .tokens
+            .iter()
+            .find(|&&t| t as usize >= self.config.n_vocab)
+        {
+            return Err(ModelError::BadBatch(format!(
+                "token id {t} is outside the vocabulary of {}",
+                self.config.n_vocab
+            )));
+        }
+        if batch.tokens.is_empty() || batch.logits_rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        backend.run(|| self.forward_on(backend, batch, cache, block_size))
+    }
+
+    fn forward_on(
+        &self,
+        be: &B,
+        batch: &Batch,
+        cache: &mut B::KvCache,
+        block_size: usize,
+    ) -> Result<Vec<f32>, ModelError> {
+        let c = &self.config;
+        let mut x = be.zeros(batch.tokens.len(), c.n_embd); // [n_tokens, n_embd]
+        be.embed(&self.tok_embd, batch.tokens, &mut x)?;
+        if let Some(s) = c.embed_scale {
+            be.scale(&mut x, s);
+        }
+        let attn_batch = AttnBatch {
+            seqs: batch.seqs,
+            block_size,
+        };
+        for (il, layer) in self.layers.iter().enumerate() {
+            let mut h = be.copy(&x);
+            be.rms_norm(&mut h, &layer.attn_norm, c.n_embd, c.rms_eps)?;
+            let mut attn = self.attention(be, layer, il, &h, batch, &attn_batch, cache)?;
+            if il + 1 == self.layers.len() {
+                // NOTE: after the last attention only the rows whose logits are wanted matter
+                // (one per sequence in decode), so the last FFN runs on those alone.
+                attn = be.gather_rows(&attn, batch.logits_rows);
+                x = be.gather_rows(&x, batch.logits_rows);
+            }
+            be.add(&mut x, &attn);
+            let mut h = be.copy(&x);
+            be.rms_norm(&mut h, &layer.ffn_norm, c.n_embd, c.rms_eps)?;
+            let ffn = self.feed_forward(be, layer, &h)?;
+            be.add(&mut x, &ffn);
+        }
+        be.rms_norm(&mut x, &self.output_norm, c.n_embd, c.rms_eps)?;
+        let (rows, _) = be.shape(&x);
+        let mut logits = be.zeros(rows, c.n_vocab);
+        be.matmul(
+            self.output.as_ref().unwrap_or(&self.tok_embd),
+            &x,
+            &mut logits,
+        )?;
+        if let Some(cap) = c.final_softcap {
+            be.scale(&mut logits, 1.0 / cap);
+            // tanh is applied on the host: it only runs over the few rows that are sampled.
+            let mut host = be.to_host(&logits);
+            host.iter_mut().for_each(|v| *v = cap * v.tanh());
+            return Ok(host);
+        }
+        Ok(be.to_host(&logits))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        be: &B,
+        layer: &Layer<B::Weight>,
+        il: usize,
+        h: &B::Tensor,
+        batch: &Batch,
+        attn_batch: &AttnBatch,
+        cache: &mut B::KvCache,
+    ) -> Result<B::Tensor, ModelError> {
+        let c = &self.config;
+        let n = batch.tokens.len();
+        let (q_dim, kv_dim) = (c.n_heads * c.head_dim, c.kv_dim());
+        let mut q = be.zeros(n, q_dim); // [n_tokens, n_heads * head_dim]
+        let mut k = be.zeros(n, kv_dim); // [n_tokens, n_kv_heads * head_dim]
+        let mut v = be.zeros(n, kv_dim);
+        be.matmul(&layer.wq, h, &mut q)?;
+        be.matmul(&layer.wk, h, &mut k)?;
+        be.matmul(&layer.wv, h, &mut v)?;
+        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+            be.rms_norm(&mut q, qn, c.head_dim, c.rms_eps)?;
+            be.rms_norm(&mut k, kn, c.head_dim, c.rms_eps)?;
+        }
+        let sliding = c.layer_kinds[il] == LayerKind::Sliding;
+        let rope = if sliding { &c.rope_sliding } else { &c.rope };
+        be.rope(&mut q, batch.positions, c.head_dim, rope)?;
+        be.rope(&mut k, batch.positions, c.head_dim, rope)?;
+        let params = AttnParams {
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            scale: c.attn_scale,
+            window: if sliding { c.sliding_window } else { None },
+            softcap: c.attn_softcap,
+        };
+        let mut ctx = be.zeros(n, q_dim);
+        be.attention(&q, &k, &v, cache, il, attn_batch, &params, &mut ctx)?;
+        let mut out = be.zeros(n, c.n_embd);
+        be.matmul(&layer.wo, &ctx, &mut out)?;
+        if let Some(norm) = &layer.attn_post_norm {
+            be.rms_norm(&mut out, norm, c.n_embd, c.rms_eps)?;
+        }
+        Ok(out)
+    }
+
+    fn feed_forward(
+        &self,
+        be: &B,
+        layer: &Layer<B::Weight>,
+        h: &B::Tensor,
+    ) -> Result<B::Tensor, ModelError> {
+        let c = &self.config;
+        let (n, _) = be.shape(h);
+        let mut gate = be.zeros(n, c.n_ff); // [n_tokens, n_ff]
+        let mut up = be.zeros(n, c.n_ff);
+        be.matmul(&layer.ffn_gate, h, &mut gate)?;
+        be.matmul(&layer.ffn_up, h, &mut up)?;
+        be.glu(&mut gate, &up, c.activation);
+        let mut out = be.zeros(n, c.n_embd);
+        be.matmul(&layer.ffn_down, &gate, &mut out)?;
+        if let Some(norm) = &layer.ffn_post_norm {
+            be.rms_norm(&mut out, norm, c.n_embd, c.rms_eps)?;
+        }
+        Ok(out)
+    }
+}
