@@ -1,1 +1,47 @@
-fn main() {}
+//! `hearth`: run, inspect and benchmark local LLMs.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "hearth", version, about = "Fast local LLM inference")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Chat with a model, or complete a prompt with --raw
+    Run(cmd::run::RunArgs),
+    /// Print the token ids of a text
+    Tokenize(cmd::tokenize::TokenizeArgs),
+    /// Describe a model file: architecture, size, quantization, template, memory
+    Show(cmd::show::ShowArgs),
+    /// Measure load time, prompt processing and generation speed
+    Bench(cmd::bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    // NOTE: a panic is a bug, but the user still gets one line rather than a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("hearth: internal error: {info}");
+    }));
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => cmd::run::run(a),
+        Command::Tokenize(a) => cmd::tokenize::run(a),
+        Command::Show(a) => cmd::show::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hearth: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

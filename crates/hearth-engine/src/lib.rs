@@ -1,1 +1,15 @@
-//! hearth-engine
+//! The engine: a model, its tokenizer and chat template, a paged KV cache, and sequences that
+//! run through them.
+//!
+//! One step is one batched forward over the tokens of the sequences it is given. The CLI runs
+//! one sequence at a time; the server's scheduler hands several to the same step.
+
+mod engine;
+mod error;
+mod generate;
+mod sequence;
+
+pub use engine::{Engine, EngineOptions, ModelInfo};
+pub use error::EngineError;
+pub use generate::{FinishReason, GenerationReport};
+pub use sequence::Sequence;

@@ -1,0 +1,155 @@
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use hearth_engine::{Engine, Sequence};
+use serde::Serialize;
+
+use super::run::LoadArgs;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// GGUF model file
+    model: PathBuf,
+    /// Prompt tokens for the prompt-processing test
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    n_prompt: usize,
+    /// Tokens for the generation test
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    n_gen: usize,
+    /// Repetitions of each test
+    #[arg(short = 'r', long, default_value_t = 3)]
+    repetitions: usize,
+    #[command(flatten)]
+    load: LoadArgs,
+    /// One JSON object on standard output instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct BenchReport {
+    model: String,
+    backend: String,
+    threads: usize,
+    load_s: f64,
+    pp_tokens: usize,
+    pp_tok_s: Stat,
+    tg_tokens: usize,
+    tg_tok_s: Stat,
+    peak_rss_mib: f64,
+}
+
+#[derive(Serialize)]
+struct Stat {
+    mean: f64,
+    stddev: f64,
+}
+
+impl Stat {
+    fn of(xs: &[f64]) -> Stat {
+        let n = xs.len().max(1) as f64;
+        let mean = xs.iter().sum::<f64>() / n;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+        Stat {
+            mean,
+            stddev: var.sqrt(),
+        }
+    }
+}
+
+/// Token ids spread over the vocabulary, the same on every run (as llama-bench, the test does
+/// not depend on what the tokens say).
+fn bench_tokens(n: usize, n_vocab: usize) -> Vec<u32> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n_vocab as u64) as u32
+        })
+        .collect()
+}
+
+pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    if a.repetitions == 0 || a.n_prompt + a.n_gen == 0 {
+        anyhow::bail!("nothing to measure: repetitions, --n-prompt and --n-gen are zero");
+    }
+    let mut opts = a.load.options(None);
+    opts.n_ctx = opts.n_ctx.max(a.n_prompt + a.n_gen + 1);
+    opts.n_batch = opts.n_batch.max(a.n_prompt);
+    let t0 = Instant::now();
+    let mut engine = Engine::load(&a.model, &opts)?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let n_vocab = engine.n_vocab();
+    // Warm-up: touches every weight page once, as llama-bench's warm-up run does.
+    let mut seq = Sequence::new();
+    engine.step(&mut seq, &bench_tokens(a.n_prompt.clamp(1, 16), n_vocab))?;
+    engine.release(&mut seq);
+
+    let mut pp = Vec::new();
+    let mut tg = Vec::new();
+    for _ in 0..a.repetitions {
+        if a.n_prompt > 0 {
+            let tokens = bench_tokens(a.n_prompt, n_vocab);
+            let mut seq = Sequence::new();
+            let t = Instant::now();
+            engine.step(&mut seq, &tokens)?;
+            pp.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
+            engine.release(&mut seq);
+        }
+        if a.n_gen > 0 {
+            let tokens = bench_tokens(a.n_gen, n_vocab);
+            let mut seq = Sequence::new();
+            let t = Instant::now();
+            for &tok in &tokens {
+                engine.step(&mut seq, &[tok])?;
+            }
+            tg.push(a.n_gen as f64 / t.elapsed().as_secs_f64());
+            engine.release(&mut seq);
+        }
+    }
+    let report = BenchReport {
+        model: a.model.display().to_string(),
+        backend: engine.info().backend.clone(),
+        threads: opts.n_threads,
+        load_s,
+        pp_tokens: a.n_prompt,
+        pp_tok_s: Stat::of(&pp),
+        tg_tokens: a.n_gen,
+        tg_tok_s: Stat::of(&tg),
+        peak_rss_mib: peak_rss_mib(),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("model      {}", report.model);
+        println!("backend    {}", report.backend);
+        println!("load       {:.3} s", report.load_s);
+        println!(
+            "pp{:<7} {:.1} ± {:.1} tok/s",
+            report.pp_tokens, report.pp_tok_s.mean, report.pp_tok_s.stddev
+        );
+        println!(
+            "tg{:<7} {:.1} ± {:.1} tok/s",
+            report.tg_tokens, report.tg_tok_s.mean, report.tg_tok_s.stddev
+        );
+        println!("peak RSS   {:.1} MiB", report.peak_rss_mib);
+    }
+    Ok(())
+}
+
+/// Peak resident set size of this process (VmHWM), or 0 where the OS does not say.
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}

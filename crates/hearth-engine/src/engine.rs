@@ -1,0 +1,277 @@
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hearth_backend::{cpu::CpuBackend, AttnSeq, Backend, KvSpec};
+use hearth_gguf::GgufFile;
+use hearth_kv::BlockPool;
+use hearth_models::{Batch, DecoderModel};
+use hearth_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+
+use crate::{EngineError, Sequence};
+
+/// Tokens per KV block.
+pub const BLOCK_SIZE: usize = 32;
+
+/// How to load a model.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Context size in tokens (0 = min(4096, the model's training context)).
+    pub n_ctx: usize,
+    /// CPU threads (0 = all cores).
+    pub n_threads: usize,
+    /// Most tokens one forward step takes; longer prompts are fed in chunks.
+    pub n_batch: usize,
+    /// A built-in chat template to use instead of the model's own (chatml, llama3, gemma, mistral).
+    pub template: Option<String>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            n_ctx: 0,
+            n_threads: 0,
+            n_batch: 512,
+            template: None,
+        }
+    }
+}
+
+/// Facts about the loaded model, for `hearth show` and logs.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    pub path: PathBuf,
+    pub arch: String,
+    pub n_params: u64,
+    pub weight_bytes: u64,
+    pub n_ctx: usize,
+    pub n_ctx_train: usize,
+    pub kv_bytes: u64,
+    pub backend: String,
+    pub load_time: Duration,
+}
+
+/// A loaded model ready to run sequences.
+pub struct Engine {
+    pub(crate) backend: CpuBackend,
+    pub(crate) model: DecoderModel<CpuBackend>,
+    pub(crate) cache: <CpuBackend as Backend>::KvCache,
+    pub(crate) pool: BlockPool,
+    pub tokenizer: Arc<Tokenizer>,
+    template: Option<ChatTemplate>,
+    file: Arc<GgufFile>,
+    info: ModelInfo,
+    n_batch: usize,
+}
+
+impl Engine {
+    /// Open a GGUF file and prepare everything to run it.
+    pub fn load(path: &Path, opts: &EngineOptions) -> Result<Self, EngineError> {
+        let start = Instant::now();
+        let gguf_err = |source| EngineError::Gguf {
+            path: path.to_path_buf(),
+            source,
+        };
+        let model_err = |source| EngineError::Model {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = Arc::new(GgufFile::open(path).map_err(gguf_err)?);
+        let config = hearth_models::registry::config(&file).map_err(model_err)?;
+        let tokenizer =
+            Tokenizer::from_gguf(file.metadata()).map_err(|source| EngineError::Tokenizer {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let template = match &opts.template {
+            Some(name) => Some(ChatTemplate::builtin(name).map_err(EngineError::Template)?),
+            None => ChatTemplate::from_gguf(file.metadata()).map_err(|source| {
+                EngineError::Tokenizer {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?,
+        };
+        let backend = CpuBackend::new(opts.n_threads)?;
+        let n_ctx = match opts.n_ctx {
+            0 => config.n_ctx_train.min(4096),
+            n => n,
+        };
+        if opts.n_batch == 0 {
+            return Err(EngineError::Invalid(
+                "the batch size must be positive".into(),
+            ));
+        }
+        let n_blocks = n_ctx.div_ceil(BLOCK_SIZE);
+        let kv_spec = KvSpec {
+            kv_dims: vec![config.kv_dim(); config.n_layers],
+            n_blocks,
+            block_size: BLOCK_SIZE,
+        };
+        let model = hearth_models::DecoderModel::load(
+            config,
+            &hearth_models::TensorLoader::new(file.clone(), &backend),
+        )
+        .map_err(model_err)?;
+        let cache = backend.new_kv_cache(&kv_spec)?;
+        let info = ModelInfo {
+            path: path.to_path_buf(),
+            arch: model.config.arch.clone(),
+            n_params: file.tensors().iter().map(|t| t.n_elements()).sum(),
+            weight_bytes: file.tensors().iter().map(|t| t.n_bytes).sum(),
+            n_ctx,
+            n_ctx_train: model.config.n_ctx_train,
+            kv_bytes: kv_spec.bytes_f16(),
+            backend: backend.name(),
+            load_time: start.elapsed(),
+        };
+        Ok(Self {
+            backend,
+            model,
+            cache,
+            pool: BlockPool::new(n_blocks, BLOCK_SIZE),
+            tokenizer: Arc::new(tokenizer),
+            template,
+            file,
+            info,
+            n_batch: opts.n_batch,
+        })
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    pub fn gguf(&self) -> &GgufFile {
+        &self.file
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.info.n_ctx
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.model.config.n_vocab
+    }
+
+    /// Render a conversation with the chat template and tokenize it (special tokens parsed;
+    /// BOS added as the model's metadata asks, unless the template already wrote it).
+    pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, EngineError> {
+        let template = self.template.as_ref().ok_or_else(|| {
+            EngineError::Invalid(
+                "the model has no chat template: pass --template chatml|llama3|gemma|mistral, or --raw"
+                    .into(),
+            )
+        })?;
+        let text = template
+            .render(
+                messages,
+                true,
+                self.tokenizer.bos_text(),
+                self.tokenizer.eos_text(),
+            )
+            .map_err(EngineError::Template)?;
+        self.tokenizer
+            .encode_prompt(&text, true)
+            .map_err(EngineError::Template)
+    }
+
+    /// Bring `seq` to exactly `tokens`: keep the longest prefix already in its cache, run the
+    /// rest, and return the logits after the last token. At least the last token is always
+    /// run, so that there are logits to return.
+    pub fn feed(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if tokens.len() > self.n_ctx() {
+            return Err(EngineError::PromptTooLong {
+                n_prompt: tokens.len(),
+                n_ctx: self.n_ctx(),
+            });
+        }
+        let common = Self::reusable_prefix(seq, tokens);
+        // NOTE: the table may keep fewer tokens than asked (a cut inside a shared block drops
+        // that block); the rest is recomputed below.
+        let kept = seq.table.truncate(&mut self.pool, common);
+        seq.tokens.truncate(kept);
+        let mut logits = Vec::new();
+        for chunk in tokens[kept..].chunks(self.n_batch) {
+            logits = self.step(seq, chunk)?;
+        }
+        Ok(logits)
+    }
+
+    /// How many leading `tokens` `feed` can take from `seq`'s cache: the common prefix, less
+    /// the last token, which must run to give logits.
+    pub fn reusable_prefix(seq: &Sequence, tokens: &[u32]) -> usize {
+        seq.tokens
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(tokens.len().saturating_sub(1))
+    }
+
+    /// Run `tokens` as the next tokens of `seq`; returns the logits after the last one.
+    pub fn step(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        match tokens.len() {
+            0 => Err(EngineError::EmptyPrompt),
+            n => self.step_rows(seq, tokens, &[n - 1]),
+        }
+    }
+
+    /// Run `tokens` as the next tokens of `seq`; returns the logits after each token in
+    /// `logits_rows` (indices into `tokens`), `[logits_rows.len(), n_vocab]` row-major.
+    pub fn step_rows(
+        &mut self,
+        seq: &mut Sequence,
+        tokens: &[u32],
+        logits_rows: &[usize],
+    ) -> Result<Vec<f32>, EngineError> {
+        let first_pos = seq.tokens.len();
+        if first_pos + tokens.len() > self.n_ctx() {
+            return Err(EngineError::PromptTooLong {
+                n_prompt: first_pos + tokens.len(),
+                n_ctx: self.n_ctx(),
+            });
+        }
+        seq.table
+            .reserve(&mut self.pool, tokens.len())
+            .map_err(|e| EngineError::OutOfBlocks(format!("{e:?}")))?;
+        let positions: Vec<u32> = (first_pos..first_pos + tokens.len())
+            .map(|p| p as u32)
+            .collect();
+        let seqs = [AttnSeq {
+            token_start: 0,
+            n_tokens: tokens.len(),
+            first_pos,
+            block_table: seq.table.blocks(),
+        }];
+        let batch = Batch {
+            tokens,
+            positions: &positions,
+            seqs: &seqs,
+            logits_rows,
+        };
+        let result = self
+            .model
+            .forward(&self.backend, &batch, &mut self.cache, BLOCK_SIZE);
+        match result {
+            Ok(logits) => {
+                seq.tokens.extend_from_slice(tokens);
+                Ok(logits)
+            }
+            Err(e) => {
+                // Keep the table consistent with the tokens that really are in the cache.
+                seq.table.truncate(&mut self.pool, first_pos);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Return a sequence's blocks to the pool.
+    pub fn release(&mut self, seq: &mut Sequence) {
+        seq.table.release_all(&mut self.pool);
+        seq.tokens.clear();
+    }
+}

@@ -1,0 +1,102 @@
+use std::time::{Duration, Instant};
+
+use hearth_sampler::Sampler;
+use hearth_tokenizer::StreamDecoder;
+
+use crate::{Engine, EngineError, Sequence};
+
+/// Why generation stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The model produced an end-of-generation token.
+    Stop,
+    /// `max_tokens` were generated.
+    Length,
+    /// The context is full.
+    ContextFull,
+    /// The caller asked to stop.
+    Cancelled,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ContextFull => "context full",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What one generation did and how long it took.
+#[derive(Clone, Debug)]
+pub struct GenerationReport {
+    pub n_prompt: usize,
+    /// Prompt tokens whose keys and values were already cached.
+    pub n_cached: usize,
+    pub n_generated: usize,
+    /// The generated token ids, end-of-generation token included when there was one.
+    pub tokens: Vec<u32>,
+    pub prompt_time: Duration,
+    pub gen_time: Duration,
+    pub finish: FinishReason,
+}
+
+impl Engine {
+    /// Run `prompt` on `seq` and sample up to `max_tokens` tokens, passing the text of each to
+    /// `on_text` as soon as it is complete UTF-8. `on_text` returns false to stop.
+    pub fn generate(
+        &mut self,
+        seq: &mut Sequence,
+        prompt: &[u32],
+        sampler: &mut Sampler,
+        max_tokens: usize,
+        mut on_text: impl FnMut(&str) -> bool,
+    ) -> Result<GenerationReport, EngineError> {
+        let t0 = Instant::now();
+        let n_cached = Engine::reusable_prefix(seq, prompt);
+        let mut logits = self.feed(seq, prompt)?;
+        let prompt_time = t0.elapsed();
+        let t1 = Instant::now();
+        let mut report = GenerationReport {
+            n_prompt: prompt.len(),
+            n_cached,
+            n_generated: 0,
+            tokens: Vec::new(),
+            prompt_time,
+            gen_time: Duration::ZERO,
+            finish: FinishReason::Length,
+        };
+        let tokenizer = self.tokenizer.clone();
+        let mut decoder = StreamDecoder::new(&tokenizer);
+        while report.n_generated < max_tokens {
+            let token = sampler.sample(&logits, seq.tokens());
+            report.n_generated += 1;
+            report.tokens.push(token);
+            if tokenizer.is_eog(token) {
+                report.finish = FinishReason::Stop;
+                break;
+            }
+            let text = decoder.push(token);
+            if !text.is_empty() && !on_text(&text) {
+                report.finish = FinishReason::Cancelled;
+                break;
+            }
+            if report.n_generated == max_tokens {
+                break;
+            }
+            if seq.len() + 1 > self.n_ctx() {
+                report.finish = FinishReason::ContextFull;
+                break;
+            }
+            logits = self.step(seq, &[token])?;
+        }
+        let rest = decoder.finish();
+        if !rest.is_empty() {
+            on_text(&rest);
+        }
+        report.gen_time = t1.elapsed();
+        Ok(report)
+    }
+}
