@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The project's test command: fetch the test models (once; checked by sha256), then run every
+# test of the workspace. Works on a fresh machine with Rust, python3 and pip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/fetch-models.sh smollm2 gemma3 >/dev/null
+cargo test --workspace --locked "$@"
