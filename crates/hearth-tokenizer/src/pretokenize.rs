@@ -124,7 +124,9 @@ impl PreTokenizer {
 
     /// Splits `text` into words, returned as byte ranges of `text` in order, covering all of it.
     pub fn split(&self, text: &str) -> Result<Vec<Range<usize>>, TokenizerError> {
-        let mut pieces: Vec<Range<usize>> = Vec::from([0..text.len()]);
+        // One piece: the whole text as a byte range (not a list of its indices).
+        #[allow(clippy::single_range_in_vec_init)]
+        let mut pieces = vec![0..text.len()];
         for splitter in &self.splitters {
             let mut next = Vec::with_capacity(pieces.len() * 2);
             for piece in pieces {

@@ -93,3 +93,35 @@ fn smollm2_matches_llama_cpp() {
 fn gemma3_matches_llama_cpp() {
     check_model("gemma3");
 }
+
+/// Special ids, end-of-generation sets and BOS handling as llama.cpp reports them for the
+/// test models (`llama_vocab_bos / eos / eot / is_eog / get_add_bos`).
+#[test]
+fn special_tokens_match_llama_cpp() {
+    let smollm = common::tokenizer(common::SMOLLM2);
+    assert_eq!(
+        (smollm.bos_id(), smollm.eos_id(), smollm.eot_id()),
+        (Some(1), Some(2), Some(0))
+    );
+    assert_eq!(smollm.eog_ids().collect::<Vec<_>>(), [0, 2, 4]);
+    assert!(!smollm.add_bos() && !smollm.add_eos());
+    assert_eq!(
+        (smollm.bos_text(), smollm.eos_text()),
+        ("<|im_start|>", "<|im_end|>")
+    );
+    assert_eq!(smollm.encode_prompt("hi", true).unwrap(), [6004]);
+    assert_eq!(smollm.vocab_size(), 49152);
+
+    let gemma = common::tokenizer(common::GEMMA3);
+    assert_eq!(
+        (gemma.bos_id(), gemma.eos_id(), gemma.eot_id()),
+        (Some(2), Some(1), Some(106))
+    );
+    assert_eq!(gemma.eog_ids().collect::<Vec<_>>(), [1, 106]);
+    assert!(gemma.is_eog(gemma.token_to_id("<end_of_turn>").unwrap()));
+    assert!(gemma.add_bos() && !gemma.add_eos());
+    assert_eq!(gemma.encode_prompt("hi", true).unwrap(), [2, 2202]);
+    // llama.cpp would add a second BOS here; encode_prompt does not.
+    assert_eq!(gemma.encode_prompt("<bos>hi", true).unwrap(), [2, 2202]);
+    assert_eq!(gemma.vocab_size(), 262_144);
+}
