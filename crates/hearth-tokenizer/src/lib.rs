@@ -20,7 +20,24 @@ mod unicode;
 mod vocab_rules;
 
 pub use error::TokenizerError;
+
+/// Token string -> id. NOTE: aHash instead of SipHash: lookups of candidate pieces dominate
+/// SentencePiece encoding, and the keys are not attacker-chosen in a way that matters here
+/// (aHash is still randomly seeded).
+pub(crate) type TokenMap = std::collections::HashMap<String, u32, ahash::RandomState>;
 pub use spec::{TokenType, VocabModel, VocabSpec};
 pub use stream::StreamDecoder;
 pub use template::{ChatMessage, ChatTemplate};
 pub use tokenizer::Tokenizer;
+
+#[cfg(test)]
+mod tests {
+    /// Tokenizers and templates are shared between request handlers.
+    #[test]
+    fn shared_types_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<super::Tokenizer>();
+        assert_send_sync::<super::ChatTemplate>();
+        assert_send_sync::<super::StreamDecoder<'static>>();
+    }
+}

@@ -7,7 +7,7 @@
 //! a doubly linked list of symbols and a priority queue of candidate pairs, O(n log n).
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 /// A run of the input: `start..start + len` bytes, linked to its neighbours.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +50,7 @@ impl Ord for Candidate {
 /// The vocabulary view the SentencePiece algorithm needs.
 pub struct SpmVocab<'a> {
     /// Token string -> id.
-    pub token_to_id: &'a HashMap<String, u32>,
+    pub token_to_id: &'a crate::TokenMap,
     /// Score by id.
     pub scores: &'a [f32],
     /// Byte value -> `<0xXX>` token id, when the vocab has it.

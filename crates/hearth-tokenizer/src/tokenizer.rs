@@ -7,7 +7,7 @@ use crate::special::{Fragment, SpecialMatcher, SpecialToken};
 use crate::unicode::char_to_byte;
 use crate::vocab_rules::{derive_special_ids, strip_attributes};
 use crate::{spm, TokenizerError};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 /// U+2581 LOWER ONE EIGHTH BLOCK: SentencePiece's visible space.
 const SPM_SPACE: &str = "\u{2581}";
@@ -25,7 +25,7 @@ pub struct Tokenizer {
     tokens: Vec<String>,
     types: Vec<TokenType>,
     scores: Vec<f32>,
-    token_to_id: HashMap<String, u32>,
+    token_to_id: crate::TokenMap,
     /// Decoded bytes of every token, concatenated; token `i` is `pieces[offsets[i]..offsets[i + 1]]`.
     pieces: Vec<u8>,
     offsets: Vec<usize>,
@@ -107,7 +107,7 @@ impl Tokenizer {
         } else {
             spec.token_types
         };
-        let mut token_to_id = HashMap::with_capacity(n);
+        let mut token_to_id = crate::TokenMap::with_capacity_and_hasher(n, Default::default());
         for (i, text) in tokens.iter().enumerate() {
             token_to_id.insert(text.clone(), i as u32);
         }
@@ -354,10 +354,7 @@ impl Tokenizer {
 
 /// Byte -> token for SentencePiece byte fallback: `<0xXX>`, else the one-byte string (as
 /// llama.cpp tries), else the unknown token.
-fn spm_byte_tokens(
-    token_to_id: &HashMap<String, u32>,
-    unk: Option<u32>,
-) -> Box<[Option<u32>; 256]> {
+fn spm_byte_tokens(token_to_id: &crate::TokenMap, unk: Option<u32>) -> Box<[Option<u32>; 256]> {
     let mut table = Box::new([None; 256]);
     for byte in 0..=255u8 {
         let hex = format!("<0x{byte:02X}>");

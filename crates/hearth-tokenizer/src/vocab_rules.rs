@@ -2,7 +2,7 @@
 //! special tokens are recognized by their text, and per-token strip attributes.
 
 use crate::spec::TokenType;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 /// Texts that mark an end-of-turn token when the file names none.
 const EOT_TEXTS: &[&str] = &[
@@ -76,7 +76,7 @@ pub struct SpecialIds {
 }
 
 /// Lowest id among the tokens whose text is in `texts`.
-fn first_with_text(token_to_id: &HashMap<String, u32>, texts: &[&str]) -> Option<u32> {
+fn first_with_text(token_to_id: &crate::TokenMap, texts: &[&str]) -> Option<u32> {
     texts
         .iter()
         .filter_map(|t| token_to_id.get(*t).copied())
@@ -89,7 +89,7 @@ fn first_with_text(token_to_id: &HashMap<String, u32>, texts: &[&str]) -> Option
 /// NOTE: llama.cpp picks the first match in hash-map order when several texts qualify as EOT;
 /// the lowest id is chosen here so the result does not depend on hashing. The EOG set is the same.
 pub fn derive_special_ids(
-    token_to_id: &HashMap<String, u32>,
+    token_to_id: &crate::TokenMap,
     types: &mut [TokenType],
     eos: Option<u32>,
     eot: Option<u32>,
