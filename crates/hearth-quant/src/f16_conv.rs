@@ -2,6 +2,7 @@
 
 use half::f16;
 
+#[cfg(target_arch = "x86_64")]
 use crate::cpu::{kernel_level, KernelLevel};
 
 /// Converts `src` to f32 into `dst`.

@@ -1,6 +1,10 @@
 //! Reference quantization of f32 activation rows to Q8_0, Q8_1 and Q8_K, rounding exactly as
-//! llama.cpp's `quantize_row_q8_0_ref` / `q8_1_ref` (round half away from zero) and
-//! `quantize_row_q8_K_ref` (round half to even).
+//! llama.cpp does on x86-64: Q8_0 / Q8_1 as its AVX `quantize_row_q8_0` / `q8_1`
+//! (`x * (127 / amax)`, round half to even), Q8_K as `quantize_row_q8_K_ref` (round half to even).
+//!
+//! NOTE: the portable `quantize_row_q8_0_ref` uses `x * (1 / d)` and `roundf` instead. The two
+//! differ only on ties and one-ulp scale differences, but matching the x86 path keeps our
+//! activations bit-identical to the llama.cpp runs the golden tests compare against.
 
 use half::f16;
 
@@ -22,7 +26,7 @@ fn check_blocks(ty: GgmlType, x: &[f32], n_blocks: usize, bs: usize) -> Result<(
 fn q8_scale(x: &[f32]) -> (f32, f32) {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     (d, id)
 }
 
@@ -33,8 +37,8 @@ pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) -> Result<(), QuantErro
         let (d, id) = q8_scale(xb);
         b.d = f16::from_f32(d);
         for (q, &v) in b.qs.iter_mut().zip(xb) {
-            // NOTE: f32::round rounds half away from zero, like C roundf.
-            *q = (v * id).round() as i8;
+            // NOTE: half to even, like `_mm256_round_ps(_MM_ROUND_NEAREST)`.
+            *q = (v * id).round_ties_even() as i8;
         }
     }
     Ok(())
@@ -48,7 +52,7 @@ pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) -> Result<(), QuantErro
         b.d = f16::from_f32(d);
         let mut sum = 0i32;
         for (q, &v) in b.qs.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8;
+            *q = (v * id).round_ties_even() as i8;
             sum += *q as i32;
         }
         b.s = f16::from_f32(sum as f32 * d);
@@ -151,17 +155,32 @@ mod tests {
     use bytemuck::Zeroable;
 
     #[test]
-    fn q8_0_rounds_half_away_from_zero() {
-        // amax 127 gives d = 1, id = 1, so x * id is exact and the rounding rule shows.
+    fn q8_0_rounds_half_to_even() {
+        // amax 127 gives d = 1 and id = 127 / 127 = 1, so x * id is exact and the rounding rule
+        // shows.
         let mut x = [0f32; 32];
         x[0] = 127.0;
         x[1] = 2.5;
         x[2] = -2.5;
         x[3] = 0.49;
+        x[4] = 3.5;
         let mut y = [BlockQ8_0::zeroed(); 1];
         quantize_row_q8_0(&x, &mut y).unwrap();
         assert_eq!(y[0].d.to_f32(), 1.0);
-        assert_eq!(&y[0].qs[..4], &[127, 3, -3, 0]);
+        assert_eq!(&y[0].qs[..5], &[127, 2, -2, 0, 4]);
+    }
+
+    #[test]
+    fn q8_0_scales_by_127_over_amax() {
+        // With amax = 127 / 7: 11.5 * (127 / amax) is exactly 80.5 (a tie, to even: 80), while
+        // 11.5 * (1 / (amax / 127)) is 80.50001 (81, the portable reference's answer).
+        let mut x = [0f32; 32];
+        x[0] = 127.0 / 7.0;
+        x[1] = 11.5;
+        let mut y = [BlockQ8_0::zeroed(); 1];
+        quantize_row_q8_0(&x, &mut y).unwrap();
+        assert_eq!(y[0].qs[0], 127);
+        assert_eq!(y[0].qs[1], 80);
     }
 
     #[test]

@@ -22,9 +22,9 @@ wide_fn! {
     /// The packed nibbles of two blocks (16 bytes at `p0` and at `p1`) in element order:
     /// `[lo(p0), hi(p0), lo(p1), hi(p1)]`.
     fn nibbles64(p0: *const u8, p1: *const u8) -> __m512i {
-        let v0 = _mm256_loadu2_m128i(p0 as *const __m128i, p0 as *const __m128i);
-        let v1 = _mm256_loadu2_m128i(p1 as *const __m128i, p1 as *const __m128i);
-        let v = _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1);
+        // Broadcast loads: one load each, the second merged into the upper half by mask.
+        let v = _mm512_broadcast_i32x4(_mm_loadu_si128(p0 as *const __m128i));
+        let v = _mm512_mask_broadcast_i32x4(v, 0xFF00, _mm_loadu_si128(p1 as *const __m128i));
         let v = _mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
         _mm512_and_si512(v, _mm512_set1_epi8(0x0F))
     }
