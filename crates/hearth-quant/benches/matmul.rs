@@ -1,7 +1,11 @@
 //! Matmul micro benchmark: decode (1 token) and prefill shapes per weight type, on 1 and 2
 //! threads. Reports time per call, weight GB/s and GFLOP/s.
 //!
-//! `cargo bench -p hearth-quant --bench matmul -- [TYPE ...] [--threads N,M] [--prefill N]`
+//! `cargo bench -p hearth-quant --bench matmul -- [TYPE ...] [--threads N,M] [--prefill N]
+//!  [--prefill-only] [--shape ROWSxCOLS] [--iters N]`
+//!
+//! `--iters N` runs a fixed number of calls per shape (after one warm-up call) instead of a
+//! fixed time, so that `perf stat` cycle and instruction counts compare across builds.
 
 use std::time::{Duration, Instant};
 
@@ -75,6 +79,16 @@ fn time_it(min_time: Duration, mut f: impl FnMut()) -> f64 {
     start.elapsed().as_secs_f64() / iters as f64
 }
 
+/// Mean seconds per call over exactly `n` calls, after one warm-up call.
+fn time_n(n: u32, mut f: impl FnMut()) -> f64 {
+    f();
+    let start = Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    start.elapsed().as_secs_f64() / n.max(1) as f64
+}
+
 fn main() {
     use GgmlType::*;
     let args: Vec<String> = std::env::args()
@@ -84,6 +98,9 @@ fn main() {
     let mut threads = vec![1usize, 2];
     let mut prefill = 128usize;
     let mut filter = Vec::new();
+    let mut prefill_only = false;
+    let mut iters = None;
+    let mut only_shape = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -95,6 +112,9 @@ fn main() {
                     .collect();
             }
             "--prefill" => prefill = it.next().and_then(|v| v.parse().ok()).expect("--prefill N"),
+            "--prefill-only" => prefill_only = true,
+            "--shape" => only_shape = Some(it.next().expect("--shape ROWSxCOLS").clone()),
+            "--iters" => iters = Some(it.next().and_then(|v| v.parse().ok()).expect("--iters N")),
             name => filter.push(name.to_uppercase()),
         }
     }
@@ -102,7 +122,7 @@ fn main() {
         Q4_1, Q8_0, Q4_K, Q6_K, Q5_0, F16, F32, Q4_0, Q5_K, Q3_K, Q2_K, Q5_1, BF16,
     ];
     // (rows, cols, n_tokens): decode shapes (640 x 2048 is where k-quants fit: cols % 256 == 0),
-    // then prefill.
+    // then prefill (SmolLM2, then Gemma 3).
     let shapes = [
         (1536, 576, 1),
         (49152, 576, 1),
@@ -110,6 +130,10 @@ fn main() {
         (640, 2048, 1),
         (1536, 576, prefill),
         (576, 1536, prefill),
+        // Gemma 3 270M prefill: attn_q / ffn_up (640 -> 1024 / 2048) and ffn_down (2048 -> 640).
+        (1024, 640, prefill),
+        (2048, 640, prefill),
+        (640, 2048, prefill),
     ];
     println!("kernels: {}", kernel_name());
     println!(
@@ -122,7 +146,10 @@ fn main() {
             continue;
         }
         for &(rows, cols, n_tokens) in &shapes {
-            if cols % ty.block_size() != 0 {
+            let skip_shape = only_shape
+                .as_ref()
+                .is_some_and(|s| *s != format!("{rows}x{cols}"));
+            if cols % ty.block_size() != 0 || (prefill_only && n_tokens == 1) || skip_shape {
                 continue;
             }
             let data = random_weights(ty, rows, cols, &mut rng);
@@ -135,10 +162,10 @@ fn main() {
                     .build()
                     .expect("thread pool");
                 let min_time = Duration::from_millis(300);
-                let secs = pool.install(|| {
-                    time_it(min_time, || {
-                        matmul(&w, &x, n_tokens, &mut out).expect("matmul")
-                    })
+                let mut call = || matmul(&w, &x, n_tokens, &mut out).expect("matmul");
+                let secs = pool.install(|| match iters {
+                    Some(n) => time_n(n, &mut call),
+                    None => time_it(min_time, &mut call),
                 });
                 let gbs = data.len() as f64 / secs / 1e9;
                 let gflops = 2.0 * (rows * cols * n_tokens) as f64 / secs / 1e9;

@@ -16,6 +16,8 @@ mod error;
 mod f16_conv;
 mod matmul;
 mod quantize_act;
+#[cfg(target_arch = "x86_64")]
+mod quantize_simd;
 mod types;
 
 pub use cpu::{amx_usable, kernel_level, KernelLevel};
