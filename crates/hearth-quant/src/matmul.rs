@@ -6,15 +6,16 @@
 //!   rows are split into chunks across the rayon pool; each chunk keeps its weight rows hot
 //!   while every token passes over them:
 //!       for chunk in row_chunks (parallel):
-//!           for t in 0..n_tokens (4 at a time where a 1-row x 4-token kernel exists):
-//!               for r in chunk: out[t * rows + r] = dot(W[r], act[t])
+//!           for t in 0..n_tokens (4 at a time where a multi-token kernel exists):
+//!               for r in chunk (4 at a time where a 4-row x 4-token tile exists):
+//!                   out[t * rows + r] = dot(W[r], act[t])
 //! ```
 
 use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use crate::dot::{fast_kernel_x4, kernel_and_act, vec_dot_type, DotFn};
+use crate::dot::{fast_kernel_x4, fast_tile4, kernel_and_act, vec_dot_type, DotFn};
 use crate::error::{check_len, row_bytes};
 use crate::quantize_act::quantize_activations;
 use crate::{GgmlType, QuantError};
@@ -153,18 +154,34 @@ fn run(
     }
     let rows = w.rows;
     let dot4 = fast_kernel_x4(w.ty);
+    let tile4 = fast_tile4(w.ty);
     let act_at = |t: usize| &act[t * act_row..(t + 1) * act_row];
     let tile = |r0: usize, r1: usize, out: &OutPtr| {
-        // SAFETY (both writes): t < n_tokens and r < rows, so the index is inside `out`; row
+        // SAFETY (every write): t < n_tokens and r < rows, so the index is inside `out`; row
         // ranges of different tasks are disjoint, so no element is written twice.
+        let put = |t: usize, r: usize, v: f32| unsafe { out.0.add(t * rows + r).write(v) };
         let mut t = 0;
-        if let Some(dot4) = dot4 {
+        if dot4.is_some() || tile4.is_some() {
             while t + 4 <= n_tokens {
                 let a = [act_at(t), act_at(t + 1), act_at(t + 2), act_at(t + 3)];
-                for r in r0..r1 {
-                    let v = dot4(w.row(r, row_bytes), a);
+                let mut r = r0;
+                if let Some(tile4) = tile4 {
+                    while r + 4 <= r1 {
+                        let v = tile4(&w.data[r * row_bytes..(r + 4) * row_bytes], a);
+                        for (i, v) in v.into_iter().enumerate() {
+                            put(t + i % 4, r + i / 4, v);
+                        }
+                        r += 4;
+                    }
+                }
+                for r in r..r1 {
+                    let wr = w.row(r, row_bytes);
+                    let v = match dot4 {
+                        Some(dot4) => dot4(wr, a),
+                        None => a.map(|a| dot(wr, a)),
+                    };
                     for (k, v) in v.into_iter().enumerate() {
-                        unsafe { out.0.add((t + k) * rows + r).write(v) };
+                        put(t + k, r, v);
                     }
                 }
                 t += 4;
@@ -172,25 +189,23 @@ fn run(
         }
         for t in t..n_tokens {
             for r in r0..r1 {
-                unsafe {
-                    out.0
-                        .add(t * rows + r)
-                        .write(dot(w.row(r, row_bytes), act_at(t)))
-                };
+                put(t, r, dot(w.row(r, row_bytes), act_at(t)));
             }
         }
     };
     let ptr = OutPtr(out.as_mut_ptr());
+    // NOTE: rows go in chunks (a multiple of 4, the tile height) even on one thread, so that
+    // a chunk's weights stay in cache while every token passes over them.
+    let chunk = rows
+        .div_ceil(threads * 4)
+        .clamp(MIN_CHUNK_ROWS, MAX_PREFILL_CHUNK_ROWS)
+        .next_multiple_of(4);
+    let n_chunks = rows.div_ceil(chunk);
+    let run_chunk = |c: usize| tile(c * chunk, ((c + 1) * chunk).min(rows), &ptr);
     if serial {
-        tile(0, rows, &ptr);
+        (0..n_chunks).for_each(run_chunk);
     } else {
-        let chunk = rows
-            .div_ceil(threads * 4)
-            .clamp(MIN_CHUNK_ROWS.min(rows), MAX_PREFILL_CHUNK_ROWS);
-        let n_chunks = rows.div_ceil(chunk);
-        (0..n_chunks)
-            .into_par_iter()
-            .for_each(|c| tile(c * chunk, ((c + 1) * chunk).min(rows), &ptr));
+        (0..n_chunks).into_par_iter().for_each(run_chunk);
     }
     Ok(())
 }

@@ -27,6 +27,11 @@ pub(crate) type DotFn = fn(w: &[u8], a: &[u8]) -> f32;
 /// weights; same length contract as [`DotFn`] for every activation row.
 pub(crate) type Dot4Fn = fn(w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 
+/// Four weight rows (back to back in `w`, equal lengths) against four activation rows: lane
+/// `4 * r + k` of the result is `dot(row r, a[k])`. Same length contract as [`DotFn`] for every
+/// row pair.
+pub(crate) type Tile4Fn = fn(w: &[u8], a: [&[u8]; 4]) -> [f32; 16];
+
 /// The activation type llama.cpp pairs with weight type `ty`, or `None` when there is no dot
 /// kernel for `ty`.
 pub fn vec_dot_type(ty: GgmlType) -> Option<GgmlType> {
@@ -119,6 +124,24 @@ fn build_table_x4(level: KernelLevel) -> Vec<(GgmlType, Dot4Fn)> {
             _ => None,
         })
         .collect()
+}
+
+/// The 4-row x 4-token tile for `ty` on this CPU, where there is one.
+pub(crate) fn fast_tile4(ty: GgmlType) -> Option<Tile4Fn> {
+    static TABLE: OnceLock<Vec<(GgmlType, Tile4Fn)>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        use GgmlType::*;
+        [Q4_0, Q4_1, Q5_0, Q8_0]
+            .iter()
+            .filter_map(|&ty| match kernel_level() {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: kernel_level() reported AVX-512 F/BW/DQ/VL/VNNI plus AVX2/FMA/F16C.
+                KernelLevel::Avx512Vnni => unsafe { avx512::kernel_tile4(ty) }.map(|f| (ty, f)),
+                _ => None,
+            })
+            .collect()
+    });
+    table.iter().find(|e| e.0 == ty).map(|e| e.1)
 }
 
 /// The kernel table of a given level, for tests that compare levels on the same CPU.

@@ -141,3 +141,66 @@ fn vec_dot_checks_lengths_and_types() {
     let err = vec_dot(GgmlType::IQ4_XS, 256, &[0; 136], &[0; 292]).unwrap_err();
     assert!(err.to_string().contains("IQ4_XS"), "{err}");
 }
+
+/// Random weight rows and quantized activation rows for the multi-row / multi-token kernels.
+fn random_case(
+    ty: GgmlType,
+    n_rows: usize,
+    n_blocks: usize,
+    rng: &mut StdRng,
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let act = vec_dot_type(ty).unwrap();
+    let n = n_blocks * ty.block_size();
+    let w = (0..n_rows).map(|_| random_row(ty, n_blocks, rng)).collect();
+    let a = (0..4)
+        .map(|_| {
+            let x: Vec<f32> = (0..n).map(|_| rng.gen_range(-3f32..3.0)).collect();
+            let mut a = vec![0u8; row_bytes(act, n).unwrap()];
+            quantize_activations(act, &x, &mut a).unwrap();
+            a
+        })
+        .collect();
+    (w, a)
+}
+
+fn assert_close(ty: GgmlType, what: &str, got: f32, w: &[u8], a: &[u8], n: usize) {
+    let want = scalar_kernel(ty).unwrap()(w, a);
+    let tol = tolerance(ty, w, a, n);
+    assert!(
+        (got - want).abs() <= tol,
+        "{what} {ty}: n={n}: fast {got} vs reference {want} (tol {tol})"
+    );
+}
+
+#[test]
+fn multi_token_kernels_match_scalar_reference() {
+    use GgmlType::*;
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut checked = 0;
+    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+        let max_blocks = if ty.block_size() == 32 { 23 } else { 5 };
+        for seed in 0..30usize {
+            // Odd and even block counts (the 32-element kernels take blocks in pairs).
+            let n_blocks = 1 + (seed * 7919) % max_blocks;
+            let n = n_blocks * ty.block_size();
+            let (w, a) = random_case(ty, 4, n_blocks, &mut rng);
+            if let Some(dot4) = fast_kernel_x4(ty) {
+                let got = dot4(&w[0], [&a[0], &a[1], &a[2], &a[3]]);
+                for (k, &g) in got.iter().enumerate() {
+                    assert_close(ty, "x4", g, &w[0], &a[k], n);
+                }
+                checked += 1;
+            }
+            if let Some(tile) = fast_tile4(ty) {
+                let rows = w.concat();
+                let got = tile(&rows, [&a[0], &a[1], &a[2], &a[3]]);
+                for (i, &g) in got.iter().enumerate() {
+                    assert_close(ty, "tile4", g, &w[i / 4], &a[i % 4], n);
+                }
+                checked += 1;
+            }
+        }
+    }
+    // Nothing to check where the CPU has no multi-token kernels.
+    assert!(checked > 0 || kernel_level() != KernelLevel::Avx512Vnni);
+}

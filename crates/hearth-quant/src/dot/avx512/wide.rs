@@ -10,18 +10,18 @@ use crate::GgmlType;
 
 /// Every kernel here requires these features; `kernel` is only reached after checking them.
 macro_rules! wide_fn {
-    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty $body:block) => {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty $body:block) => {
         $(#[$m])*
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-        unsafe fn $name($($arg: $ty),*) -> $ret $body
+        $vis unsafe fn $name($($arg: $ty),*) -> $ret $body
     };
 }
 
 wide_fn! {
     /// The packed nibbles of two blocks (16 bytes at `p0` and at `p1`) in element order:
     /// `[lo(p0), hi(p0), lo(p1), hi(p1)]`.
-    fn nibbles64(p0: *const u8, p1: *const u8) -> __m512i {
+    pub(super) fn nibbles64(p0: *const u8, p1: *const u8) -> __m512i {
         // Broadcast loads: one load each, the second merged into the upper half by mask.
         let v = _mm512_broadcast_i32x4(_mm_loadu_si128(p0 as *const __m128i));
         let v = _mm512_mask_broadcast_i32x4(v, 0xFF00, _mm_loadu_si128(p1 as *const __m128i));
@@ -32,14 +32,14 @@ wide_fn! {
 
 wide_fn! {
     /// 32 bytes at `p0` and 32 at `p1` as one register.
-    fn load64(p0: *const u8, p1: *const u8) -> __m512i {
+    pub(super) fn load64(p0: *const u8, p1: *const u8) -> __m512i {
         _mm512_inserti64x4(_mm512_castsi256_si512(load32(p0)), load32(p1), 1)
     }
 }
 
 wide_fn! {
     /// Per-block scales: lanes 0..8 from `d0`, 8..16 from `d1`.
-    fn scales2(d0: __m256, d1: __m256) -> __m512 {
+    pub(super) fn scales2(d0: __m256, d1: __m256) -> __m512 {
         _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1)
     }
 }
@@ -62,7 +62,7 @@ wide_fn! {
 
 wide_fn! {
     /// Two 32-bit high-bit masks (at `p0`, `p1`) as 64 bytes: 0xFF where the bit is set.
-    fn bits64(p0: *const u8, p1: *const u8) -> __m512i {
+    pub(super) fn bits64(p0: *const u8, p1: *const u8) -> __m512i {
         let lo = (p0 as *const u32).read_unaligned() as u64;
         let hi = (p1 as *const u32).read_unaligned() as u64;
         _mm512_movm_epi8(lo | (hi << 32))
