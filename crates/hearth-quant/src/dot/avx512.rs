@@ -109,7 +109,7 @@ pub(super) unsafe fn kernel(ty: GgmlType) -> Option<DotFn> {
 /// As for [`kernel`].
 pub(super) unsafe fn kernel_x4(ty: GgmlType) -> Option<crate::dot::Dot4Fn> {
     // SAFETY: forwarded from this function's contract.
-    unsafe { wide::kernel_x4(ty) }
+    unsafe { wide::kernel_x4(ty).or_else(|| wide_k::kernel_x4(ty)) }
 }
 
 /// The 4-row x 4-token tile for `ty`, if there is one at this level.

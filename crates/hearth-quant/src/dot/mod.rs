@@ -115,7 +115,7 @@ pub(crate) fn fast_kernel_x4(ty: GgmlType) -> Option<Dot4Fn> {
 
 fn build_table_x4(level: KernelLevel) -> Vec<(GgmlType, Dot4Fn)> {
     use GgmlType::*;
-    [Q4_0, Q4_1, Q5_0, Q8_0]
+    [Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K]
         .iter()
         .filter_map(|&ty| match level {
             #[cfg(target_arch = "x86_64")]

@@ -6,7 +6,7 @@ use std::arch::x86_64::*;
 
 use crate::blocks::unpack_k4_scales;
 use crate::dot::x86::{bytes_at, f16_at, f32_at, hsum_ps, load32};
-use crate::dot::DotFn;
+use crate::dot::{Dot4Fn, DotFn};
 use crate::GgmlType;
 
 macro_rules! k_fn {
@@ -120,6 +120,116 @@ k_fn! {
         }
         _mm512_reduce_add_ps(acc) - hsum_ps(acc_off)
     }
+}
+
+k_fn! {
+    /// Q4_K against 4 Q8_K activation rows: the block's nibbles and spread scales are unpacked
+    /// once and serve every token; `vpdpwssd` folds the scale multiply into the accumulation.
+    fn q4_k_x4(w: *const u8, a: [*const u8; 4], n: usize) -> [f32; 4] {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let shifts = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+        let idx = [load_idx(&Q4K_IDX[0]), load_idx(&Q4K_IDX[1]), load_idx(&Q4K_IDX[2]), load_idx(&Q4K_IDX[3])];
+        // Byte g of the 8 mins to bytes 2g and 2g + 1, matching the 16 group sums of Q8_K.
+        let dup = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut acc_m = [_mm256_setzero_ps(); 4];
+        for i in 0..n {
+            let wp = w.add(144 * i);
+            let sm = unpack_k4_scales(&bytes_at(wp.add(4)));
+            let sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(sm.as_ptr() as *const __m128i)));
+            let mins = _mm_shuffle_epi8(_mm_loadl_epi64(sm[8..].as_ptr() as *const __m128i), dup);
+            let mins = _mm256_cvtepu8_epi16(mins);
+            let mut q = [_mm512_setzero_si512(); 4];
+            let mut s = [_mm512_setzero_si512(); 4];
+            for j in 0..4 {
+                // Lanes 0..32: low nibbles (group 2j), 32..64: high nibbles (group 2j + 1).
+                let v = _mm512_broadcast_i64x4(load32(wp.add(16 + 32 * j)));
+                q[j] = _mm512_and_si512(_mm512_srlv_epi64(v, shifts), m4);
+                s[j] = _mm512_permutexvar_epi16(idx[j], sc);
+            }
+            let (d, dmin) = (f16_at(wp), f16_at(wp.add(2)));
+            for k in 0..4 {
+                let ap = a[k].add(292 * i);
+                let (ad, y) = (f32_at(ap), ap.add(4));
+                let mut sumi = _mm512_setzero_si512();
+                for j in 0..4 {
+                    let yv = _mm512_loadu_si512(y.add(64 * j) as *const __m512i);
+                    sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q[j], yv), s[j]);
+                }
+                let msum = _mm256_madd_epi16(load32(ap.add(260)), mins);
+                acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(ad * d), _mm512_cvtepi32_ps(sumi), acc[k]);
+                acc_m[k] = _mm256_fmadd_ps(_mm256_set1_ps(ad * dmin), _mm256_cvtepi32_ps(msum), acc_m[k]);
+            }
+        }
+        let mut out = [0f32; 4];
+        for k in 0..4 {
+            out[k] = _mm512_reduce_add_ps(acc[k]) - hsum_ps(acc_m[k]);
+        }
+        out
+    }
+}
+
+k_fn! {
+    /// Q6_K against 4 Q8_K activation rows (see `q4_k_x4`). The -32 offset of the stored
+    /// quants joins the integer sum as one more `vpdpwssd` of the group sums with -32 * scale.
+    fn q6_k_x4(w: *const u8, a: [*const u8; 4], n: usize) -> [f32; 4] {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let m3 = _mm512_set1_epi8(3);
+        let sh01 = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+        let sh23 = _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4);
+        let idx = [load_idx(&Q6K_IDX[0]), load_idx(&Q6K_IDX[1]), load_idx(&Q6K_IDX[2]), load_idx(&Q6K_IDX[3])];
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for i in 0..n {
+            let wp = w.add(210 * i);
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(wp.add(192) as *const __m128i));
+            let sc = _mm512_castsi256_si512(sc16);
+            // |scale| <= 128, so -32 * scale fits i16.
+            let off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
+            let mut q = [_mm512_setzero_si512(); 4];
+            let mut s = [_mm512_setzero_si512(); 4];
+            for h in 0..2 {
+                // ql[64h..64h+64]: low nibbles are sub-blocks 0 and 1, high nibbles 2 and 3.
+                let ql = _mm512_loadu_si512(wp.add(64 * h) as *const __m512i);
+                let qh = _mm512_broadcast_i64x4(load32(wp.add(128 + 32 * h)));
+                let hi01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(qh, sh01), m3), 4);
+                let hi23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(qh, sh23), m3), 4);
+                q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), hi01);
+                q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), hi23);
+                s[2 * h] = _mm512_permutexvar_epi16(idx[2 * h], sc);
+                s[2 * h + 1] = _mm512_permutexvar_epi16(idx[2 * h + 1], sc);
+            }
+            let d = f16_at(wp.add(208));
+            for k in 0..4 {
+                let ap = a[k].add(292 * i);
+                let (ad, y) = (f32_at(ap), ap.add(4));
+                let bsums = _mm512_zextsi256_si512(load32(ap.add(260)));
+                let mut sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bsums, off);
+                for j in 0..4 {
+                    let yv = _mm512_loadu_si512(y.add(64 * j) as *const __m512i);
+                    sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q[j], yv), s[j]);
+                }
+                acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(ad * d), _mm512_cvtepi32_ps(sumi), acc[k]);
+            }
+        }
+        acc.map(|v| _mm512_reduce_add_ps(v))
+    }
+}
+
+/// The one-row x four-token k-quant kernel for `ty`, if this module has one.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/DQ/VL/VNNI.
+pub(super) unsafe fn kernel_x4(ty: GgmlType) -> Option<Dot4Fn> {
+    // SAFETY (every closure): as in `kernel`; all four activation rows have the same length.
+    Some(match ty {
+        GgmlType::Q4_K => {
+            |w, a| unsafe { q4_k_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 144) }
+        }
+        GgmlType::Q6_K => {
+            |w, a| unsafe { q6_k_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 210) }
+        }
+        _ => return None,
+    })
 }
 
 /// The 512-bit k-quant kernel for `ty`, if this module has one.
