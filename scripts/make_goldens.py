@@ -241,12 +241,37 @@ def teacher_forced(llm, ids, full_rows):
         positions.append(
             {"pos": pos, "top_ids": top, "top_logits": [f32(scores[pos][i]) for i in top]}
         )
-    out = {"ids": ids, "n_threads": N_THREADS, "positions": positions}
+    out = {
+        "ids": ids,
+        "n_threads": N_THREADS,
+        "positions": positions,
+        "self_check": self_check(llm, ids, scores, positions),
+    }
     if full_rows:
         out["full_rows"] = [
             {"pos": pos, "logits": [f32(v) for v in scores[pos]]} for pos in FULL_ROW_POSITIONS
         ]
     return out
+
+
+def self_check(llm, ids, batched, positions):
+    """How far llama.cpp moves from itself when the same ids run one token per evaluation
+    instead of in one batch (other kernels, other summation orders). A difference smaller than
+    this is noise, not a disagreement: the Rust tests derive their bounds from it."""
+    llm.reset()
+    for t in ids:
+        llm.eval([t])
+    one_by_one = np.array(llm.scores[: len(ids)], dtype=np.float32)
+    worst, agree = 0.0, 0
+    for p in positions:
+        pos, top = p["pos"], p["top_ids"]
+        worst = max(worst, float(np.max(np.abs(one_by_one[pos][top] - batched[pos][top]))))
+        agree += int(top_k(one_by_one[pos], 1)[0] == top[0])
+    return {
+        "how": "the same ids evaluated one token at a time instead of in one batch",
+        "max_top10_diff": f32(worst),
+        "top1_agree": agree,
+    }
 
 
 def header(model_file):

@@ -55,7 +55,7 @@ pub trait Backend: Send + Sync {
     /// A zeroed `[rows, cols]` tensor.
     fn zeros(&self, rows: usize, cols: usize) -> Self::Tensor;
     /// Copy `[rows, cols]` host values to the device.
-    fn from_host(&self, data: &[f32], rows: usize, cols: usize) -> Self::Tensor;
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Self::Tensor;
     /// Copy a tensor back to the host, row-major.
     fn to_host(&self, t: &Self::Tensor) -> Vec<f32>;
     /// A copy of a tensor.

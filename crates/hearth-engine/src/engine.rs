@@ -68,29 +68,24 @@ impl Engine {
     /// Open a GGUF file and prepare everything to run it.
     pub fn load(path: &Path, opts: &EngineOptions) -> Result<Self, EngineError> {
         let start = Instant::now();
-        let gguf_err = |source| EngineError::Gguf {
+        let gguf_err = |error| EngineError::Gguf {
             path: path.to_path_buf(),
-            source,
+            error,
         };
-        let model_err = |source| EngineError::Model {
+        let model_err = |error| EngineError::Model {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         let file = Arc::new(GgufFile::open(path).map_err(gguf_err)?);
         let config = hearth_models::registry::config(&file).map_err(model_err)?;
-        let tokenizer =
-            Tokenizer::from_gguf(file.metadata()).map_err(|source| EngineError::Tokenizer {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let tokenizer_err = |error| EngineError::Tokenizer {
+            path: path.to_path_buf(),
+            error,
+        };
+        let tokenizer = Tokenizer::from_gguf(file.metadata()).map_err(tokenizer_err)?;
         let template = match &opts.template {
             Some(name) => Some(ChatTemplate::builtin(name).map_err(EngineError::Template)?),
-            None => ChatTemplate::from_gguf(file.metadata()).map_err(|source| {
-                EngineError::Tokenizer {
-                    path: path.to_path_buf(),
-                    source,
-                }
-            })?,
+            None => ChatTemplate::from_gguf(file.metadata()).map_err(tokenizer_err)?,
         };
         let backend = CpuBackend::new(opts.n_threads)?;
         let n_ctx = match opts.n_ctx {

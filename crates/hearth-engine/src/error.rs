@@ -3,20 +3,22 @@ use std::path::PathBuf;
 /// Why loading or running a model failed; each variant says what it is about.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("{path}: {source}")]
+    // NOTE: the inner errors are part of the message, not a `source`, so that printing the
+    // error chain does not repeat them.
+    #[error("{path}: {error}")]
     Gguf {
         path: PathBuf,
-        source: hearth_gguf::GgufError,
+        error: hearth_gguf::GgufError,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Model {
         path: PathBuf,
-        source: hearth_models::ModelError,
+        error: hearth_models::ModelError,
     },
-    #[error("{path}: tokenizer: {source}")]
+    #[error("{path}: tokenizer: {error}")]
     Tokenizer {
         path: PathBuf,
-        source: hearth_tokenizer::TokenizerError,
+        error: hearth_tokenizer::TokenizerError,
     },
     #[error(transparent)]
     Backend(#[from] hearth_backend::BackendError),

@@ -6,14 +6,22 @@
 //! - teacher-forced logits: the reference's top-10 logits at 64 positions of a fixed text;
 //! - greedy continuations: 32 tokens after each of several raw prompts must match exactly, except
 //!   that the two engines may part ways where the reference itself hesitated: at a step whose
-//!   top-two logits lie closer than `GAP_BOUND`. The test checks that such a split is that case.
+//!   top-two logits lie closer than its own noise. The test checks that such a split is that case.
 //!
-//! NOTE on the bounds. Both engines quantize activations to 8 bits before every quantized matmul
-//! (Q8_0/Q8_1/Q8_K blocks) and keep the KV cache in f16, so they see the same kind of rounding;
-//! what differs is the order of float sums (SIMD widths, threads) and transcendental functions
-//! (exp, tanh). Over 18–30 layers that reordering moves logits by a few hundredths; `LOGIT_BOUND`
-//! allows an order of magnitude more and is still far below what any real mistake (a wrong rope
-//! pair, a missing norm, an off-by-one position) produces, which shifts logits by whole units.
+//! NOTE on the bounds. A bit-exact match is not the goal and not possible: both engines quantize
+//! activations to 8 bits before every quantized matmul and keep the KV cache in f16, but they sum
+//! in different orders, and these models amplify last-bit differences. How much they amplify them
+//! is measured on the reference itself: the golden files record how far llama.cpp moves from its
+//! own batched logits when it evaluates the same ids one token at a time (`self_check`; 0.63 on
+//! SmolLM2 and 0.68 on Gemma 3, with 61/64 and 63/64 top-1 agreement). We allow
+//! `NOISE_FACTOR` times that. A real mistake (a wrong rope pair, a missing norm, an off-by-one
+//! position) moves logits by whole units and fails these checks.
+//!
+//! - logits: |ours − llama.cpp| ≤ bound on the reference's top-10 at every position; top-1 equal at
+//!   ≥ 99% of the positions where llama.cpp's own top-two margin exceeds its self-check noise, and
+//!   elsewhere our top-1 is a token llama.cpp rates within that noise of its own top-1;
+//! - greedy: identical, except that we may part ways at a step where both engines see a tie within
+//!   the noise: llama.cpp's top-two margin is below it, and so is our margin for our pick over its.
 
 mod common;
 
@@ -21,10 +29,10 @@ use common::{argmax, golden_dir, model_path, open_engine, read_json};
 use hearth_engine::Sequence;
 use serde::Deserialize;
 
-/// Largest allowed |ours − llama.cpp| over the reference's top-10 logits at each position.
-const LOGIT_BOUND: f32 = 0.25;
-/// Greedy outputs may differ only after a step where the reference's top two are this close.
-const GAP_BOUND: f32 = 0.1;
+/// Allowed error as a multiple of the reference's own batched-vs-sequential difference.
+const NOISE_FACTOR: f32 = 1.5;
+/// Floor for the noise, for models where the reference agrees with itself to the last bit.
+const MIN_NOISE: f32 = 0.02;
 
 #[derive(Deserialize)]
 struct LogitsGolden {
@@ -33,6 +41,18 @@ struct LogitsGolden {
     positions: Vec<Position>,
     #[serde(default)]
     full_rows: Vec<FullRow>,
+    self_check: SelfCheck,
+}
+
+#[derive(Deserialize)]
+struct SelfCheck {
+    max_top10_diff: f32,
+}
+
+/// The reference's own noise level for model `name` (see the module note).
+fn noise(name: &str) -> f32 {
+    let g: LogitsGolden = read_json(&golden_dir(name).join("logits.json"));
+    g.self_check.max_top10_diff.max(MIN_NOISE)
 }
 
 #[derive(Deserialize)]
@@ -71,12 +91,35 @@ fn check_logits(name: &str) {
     let logits = engine
         .step_rows(&mut seq, &g.ids, &rows)
         .expect("forward pass");
-    let mut agree = 0;
+    let noise = g.self_check.max_top10_diff.max(MIN_NOISE);
+    let bound = NOISE_FACTOR * noise;
+    let (mut decisive, mut agree) = (0, 0);
     let mut worst = (0.0f32, 0usize, 0u32);
     for (i, p) in g.positions.iter().enumerate() {
         let ours = &logits[i * n_vocab..(i + 1) * n_vocab];
-        if argmax(ours) == p.top_ids[0] {
-            agree += 1;
+        let margin = p.top_logits[0] - p.top_logits[1];
+        let top1 = argmax(ours);
+        if margin > noise {
+            decisive += 1;
+            agree += (top1 == p.top_ids[0]) as usize;
+        }
+        if top1 != p.top_ids[0] {
+            eprintln!(
+                "{name}: position {}: top-1 {top1}, llama.cpp {} by a margin of {margin}",
+                p.pos, p.top_ids[0]
+            );
+            // A different winner must be one llama.cpp itself rates within the noise of its own.
+            let tied = p
+                .top_ids
+                .iter()
+                .zip(&p.top_logits)
+                .any(|(&id, &l)| id == top1 && p.top_logits[0] - l < noise);
+            assert!(
+                tied,
+                "{name}: position {}: our top-1 {top1} is not within {noise} of llama.cpp's {:?}",
+                p.pos,
+                &p.top_ids[..3]
+            );
         }
         for (&id, &want) in p.top_ids.iter().zip(&p.top_logits) {
             let err = (ours[id as usize] - want).abs();
@@ -98,14 +141,19 @@ fn check_logits(name: &str) {
             }
         }
     }
-    let rate = agree as f64 / g.positions.len() as f64;
+    let rate = agree as f64 / decisive.max(1) as f64;
     eprintln!(
-        "{name}: top-1 agreement {agree}/{} ({:.1}%), worst logit error {:.4} (position {}, token {})",
-        g.positions.len(),
+        "{name}: top-1 agreement {agree}/{decisive} decisive positions ({:.1}%) of {}; \
+         worst logit error {:.4} (position {}, token {}), bound {bound:.4}",
         100.0 * rate,
+        g.positions.len(),
         worst.0,
         worst.1,
         worst.2
+    );
+    assert!(
+        decisive * 4 >= g.positions.len(),
+        "{name}: only {decisive} decisive positions: too few to judge"
     );
     assert!(
         rate >= 0.99,
@@ -113,8 +161,8 @@ fn check_logits(name: &str) {
         100.0 * rate
     );
     assert!(
-        worst.0 <= LOGIT_BOUND,
-        "{name}: logit error {} at position {} token {} exceeds {LOGIT_BOUND}",
+        worst.0 <= bound,
+        "{name}: logit error {} at position {} token {} exceeds {bound}",
         worst.0,
         worst.1,
         worst.2
@@ -123,6 +171,7 @@ fn check_logits(name: &str) {
 
 fn check_greedy(name: &str) {
     let g: GreedyGolden = read_json(&golden_dir(name).join("greedy.json"));
+    let noise = noise(name);
     let mut engine = open_engine(&model_path(&g.model_file));
     let mut exact = 0;
     for case in &g.cases {
@@ -132,17 +181,15 @@ fn check_greedy(name: &str) {
         for (i, &want) in case.ids.iter().enumerate() {
             let got = argmax(&logits);
             if got != want {
-                // Allowed only where the reference itself nearly tied, and only between its
-                // own top two (our runner-up must be its winner).
-                let mut ranked: Vec<u32> = (0..logits.len() as u32).collect();
-                ranked.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+                // Allowed only where both engines see a tie within the noise: llama.cpp's own
+                // margin was below it, and its choice is within it of ours in our logits.
+                let our_margin = logits[got as usize] - logits[want as usize];
                 assert!(
-                    case.top2_gap[i] < GAP_BOUND && ranked[1] == want,
+                    case.top2_gap[i] < noise && our_margin < noise,
                     "{name}: prompt {:?}: step {i}: got {got}, llama.cpp chose {want} with a \
-                     margin of {} (bound {GAP_BOUND}); our top two: {:?}",
+                     margin of {} (noise {noise}); our margin for {got} over {want}: {our_margin}",
                     case.prompt,
                     case.top2_gap[i],
-                    &ranked[..2]
                 );
                 eprintln!(
                     "{name}: prompt {:?}: parted at step {i} where llama.cpp's top two differ by {}",

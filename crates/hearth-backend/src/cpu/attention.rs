@@ -5,9 +5,8 @@
 //!  sequence A block table:   [ 2, 0 ]      positions 0..bs in block 2, bs..2bs in block 0
 //!  sequence B block table:   [ 1 ]
 //! ```
-//! For each sequence of the batch: the new tokens' K/V are written to their slots, the sequence's
-//! visible keys and values are gathered into contiguous f32 rows once, and then every (token, head)
-//! pair is an independent task: scores, softmax, weighted sum of values.
+//! For each sequence of the batch: the new tokens' K/V are written to their slots, then every
+//! (token, head) pair is an independent task: scores, softmax, weighted sum of values.
 //!
 //! NOTE: like ggml's (non-flash) attention, queries are rounded to f16 before q·k (ggml converts
 //! the f32 operand of a matmul to the f16 weight's type) and the softmax weights are rounded to
@@ -37,7 +36,7 @@ pub fn attention(
             "layer {layer}: KV cache shape does not match the attention parameters"
         )));
     }
-    if p.n_kv_heads == 0 || p.n_heads % p.n_kv_heads != 0 {
+    if p.n_kv_heads == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
         return Err(BackendError::Unsupported(format!(
             "{} query heads cannot share {} KV heads",
             p.n_heads, p.n_kv_heads
@@ -100,37 +99,25 @@ fn attend_sequence(
 ) {
     let kv_dim = p.n_kv_heads * p.head_dim;
     let hd = p.head_dim;
-    let n_ctx = seq.first_pos + seq.n_tokens;
-    let lo = window_start(seq.first_pos, p.window);
-    // Gather the visible keys and values once, as f32 rows [n_ctx - lo, kv_dim].
-    let gather = |cache: &[f16]| -> Vec<f32> {
-        let mut rows = vec![0f32; (n_ctx - lo) * kv_dim];
-        for (i, dst) in rows.chunks_mut(kv_dim).enumerate() {
-            let slot = seq.slot(lo + i, bs);
-            for (d, s) in dst.iter_mut().zip(&cache[slot * kv_dim..][..kv_dim]) {
-                *d = s.to_f32();
-            }
-        }
-        rows
-    };
-    let (keys, values) = rayon::join(|| gather(kc), || gather(vc));
     let group = p.n_heads / p.n_kv_heads;
     let q_dim = p.n_heads * hd;
     let rows = &mut out.data[seq.token_start * q_dim..(seq.token_start + seq.n_tokens) * q_dim];
+    // NOTE: keys and values are read straight from their f16 slots (converted in registers);
+    // gathering them into f32 rows first would cost as much as the attention itself in decode.
     rows.par_chunks_mut(hd).enumerate().for_each(|(task, dst)| {
         let (t, h) = (task / p.n_heads, task % p.n_heads);
         let pos = seq.first_pos + t;
-        let kvh = h / group;
+        let head = (h / group) * hd;
         let query: Vec<f32> = q.row(seq.token_start + t)[h * hd..][..hd]
             .iter()
             .map(|&x| f16::from_f32(x).to_f32())
             .collect();
-        let first = window_start(pos, p.window);
-        let visible = first - lo..pos + 1 - lo;
+        let visible = window_start(pos, p.window)..pos + 1;
         let mut scores: Vec<f32> = visible
             .clone()
             .map(|j| {
-                let s = simd::dot(&query, &keys[j * kv_dim + kvh * hd..][..hd]) * p.scale;
+                let key = &kc[seq.slot(j, bs) * kv_dim + head..][..hd];
+                let s = simd::dot_f16(&query, key) * p.scale;
                 match p.softcap {
                     Some(c) => c * (s / c).tanh(),
                     None => s,
@@ -140,7 +127,7 @@ fn attend_sequence(
         softmax_f16_weights(&mut scores);
         dst.fill(0.0);
         for (w, j) in scores.iter().zip(visible) {
-            simd::axpy(dst, *w, &values[j * kv_dim + kvh * hd..][..hd]);
+            simd::axpy_f16(dst, *w, &vc[seq.slot(j, bs) * kv_dim + head..][..hd]);
         }
     });
 }
@@ -221,9 +208,9 @@ mod tests {
         let mut hist_v: [Vec<Vec<f32>>; 2] = [vec![], vec![]];
         for (step, lens) in [[6usize, 3], [1, 1]].iter().enumerate() {
             let n = lens[0] + lens[1];
-            let q = be.from_host(&rand_row(&mut seed, n * n_heads * hd), n, n_heads * hd);
-            let k = be.from_host(&rand_row(&mut seed, n * kv_dim), n, kv_dim);
-            let v = be.from_host(&rand_row(&mut seed, n * kv_dim), n, kv_dim);
+            let q = be.upload(&rand_row(&mut seed, n * n_heads * hd), n, n_heads * hd);
+            let k = be.upload(&rand_row(&mut seed, n * kv_dim), n, kv_dim);
+            let v = be.upload(&rand_row(&mut seed, n * kv_dim), n, kv_dim);
             let firsts = if step == 0 { [0, 0] } else { [6, 3] };
             let seqs = [
                 AttnSeq {

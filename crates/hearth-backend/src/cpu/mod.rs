@@ -184,11 +184,11 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn from_host(&self, data: &[f32], rows: usize, cols: usize) -> CpuTensor {
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> CpuTensor {
         assert_eq!(
             data.len(),
             rows * cols,
-            "from_host: data does not match shape"
+            "upload: data does not match shape"
         );
         CpuTensor {
             data: data.to_vec(),
@@ -258,7 +258,7 @@ impl Backend for CpuBackend {
         eps: f32,
     ) -> Result<(), BackendError> {
         let w = weight.dense();
-        if w.len() != group || x.cols % group != 0 {
+        if w.len() != group || !x.cols.is_multiple_of(group) {
             return Err(BackendError::BadWeight {
                 name: weight.name.clone(),
                 reason: format!("norm of {} values applied to groups of {group}", w.len()),
@@ -276,7 +276,10 @@ impl Backend for CpuBackend {
         rope: &RopeSpec,
     ) -> Result<(), BackendError> {
         assert_eq!(positions.len(), x.rows);
-        if x.cols % head_dim != 0 || rope.n_rot > head_dim || rope.n_rot % 2 != 0 {
+        if !x.cols.is_multiple_of(head_dim)
+            || rope.n_rot > head_dim
+            || !rope.n_rot.is_multiple_of(2)
+        {
             return Err(BackendError::Unsupported(format!(
                 "rope over {} of {head_dim} values in rows of {}",
                 rope.n_rot, x.cols

@@ -4,6 +4,8 @@
 //! (double-precision norm sums, the f16-rounded GELU table, iteratively computed rope angles),
 //! we make the same one: greedy outputs are compared token for token against it.
 
+use std::sync::OnceLock;
+
 use half::f16;
 use rayon::prelude::*;
 
@@ -109,8 +111,8 @@ pub fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
 }
 
-/// GELU as ggml's CPU code computes it: through a table indexed by the f16 input, holding f16
-/// outputs; saturated outside ±10.
+/// GELU as ggml's CPU code computes it: looked up in a table indexed by the f16 bits of the
+/// input and holding f16 outputs; saturated outside ±10.
 #[inline]
 fn gelu_f16_table(x: f32) -> f32 {
     if x <= -10.0 {
@@ -118,9 +120,18 @@ fn gelu_f16_table(x: f32) -> f32 {
     } else if x >= 10.0 {
         x
     } else {
-        let xh = f16::from_f32(x).to_f32();
-        f16::from_f32(gelu(xh)).to_f32()
+        gelu_table()[f16::from_f32(x).to_bits() as usize].to_f32()
     }
+}
+
+/// `gelu(x)` rounded to f16 for every f16 `x` (128 KiB, built on first use).
+fn gelu_table() -> &'static [f16] {
+    static TABLE: OnceLock<Vec<f16>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| f16::from_f32(gelu(f16::from_bits(bits).to_f32())))
+            .collect()
+    })
 }
 
 #[cfg(test)]

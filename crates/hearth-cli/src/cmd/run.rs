@@ -178,7 +178,10 @@ fn generate(
 }
 
 fn finish(a: &RunArgs, (report, _): &(GenerationReport, String)) {
-    println!();
+    // With --raw, stdout carries exactly the generated text.
+    if !a.raw {
+        println!();
+    }
     if a.verbose {
         print_timings(report);
     }

@@ -93,7 +93,7 @@ fn quant_mix(file: &GgufFile) -> String {
     }
     let total: u64 = by_type.values().map(|v| v.0).sum::<u64>().max(1);
     let mut rows: Vec<_> = by_type.into_iter().collect();
-    rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    rows.sort_by_key(|(_, (bytes, _))| std::cmp::Reverse(*bytes));
     rows.iter()
         .map(|(ty, (bytes, n))| {
             format!(

@@ -21,7 +21,11 @@ pub fn run(a: TokenizeArgs) -> anyhow::Result<()> {
     let ids = tok.encode(&a.text, !a.no_parse_special)?;
     if a.detok {
         for id in ids {
-            let piece = String::from_utf8_lossy(tok.token_bytes(id));
+            // Control tokens decode to nothing; show them as they are written.
+            let piece = match tok.token_bytes(id) {
+                [] => tok.token_text(id).unwrap_or_default().to_string(),
+                bytes => String::from_utf8_lossy(bytes).into_owned(),
+            };
             println!("{id}\t{piece:?}");
         }
     } else {
