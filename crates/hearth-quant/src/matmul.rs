@@ -7,15 +7,16 @@
 //!   while every token passes over them:
 //!       for chunk in row_chunks (parallel):
 //!           for t in 0..n_tokens (4 at a time where a multi-token kernel exists):
-//!               for r in chunk (4 at a time where a 4-row x 4-token tile exists):
-//!                   out[t * rows + r] = dot(W[r], act[t])
+//!               for r in chunk: out[t * rows + r] = dot(W[r], act[t])
+//!   types with packed tiles (Q4_0 / Q4_1 / Q5_0 / Q8_0 on AVX-512) instead pack act once and
+//!   each chunk's rows once, then run 4-row x 4-token tiles on the packed data.
 //! ```
 
 use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use crate::dot::{fast_kernel_x4, fast_tile4, kernel_and_act, vec_dot_type, DotFn};
+use crate::dot::{fast_kernel_x4, fast_packed, kernel_and_act, vec_dot_type, DotFn, PackedTile};
 use crate::error::{check_len, row_bytes};
 use crate::quantize_act::quantize_activations;
 use crate::{GgmlType, QuantError};
@@ -75,6 +76,10 @@ const SERIAL_WORK: usize = 1 << 16;
 thread_local! {
     /// Quantized activations, reused across calls on this thread.
     static ACT_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Packed activations of the prefill tiles, reused across calls on this thread.
+    static PACK_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Packed weight rows of the chunk this thread works on.
+    static W_PACK_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `out[t * rows + r] = dot(W[r, :], x[t, :])` for `t in 0..n_tokens`; `x` is
@@ -153,33 +158,26 @@ fn run(
         return Ok(());
     }
     let rows = w.rows;
+    let chunk = rows
+        .div_ceil(threads * 4)
+        .clamp(MIN_CHUNK_ROWS, MAX_PREFILL_CHUNK_ROWS)
+        .next_multiple_of(4);
+    if let Some(pk) = fast_packed(w.ty).filter(|_| n_tokens >= 4) {
+        run_packed(w, act, act_ty, act_row, n_tokens, out, &pk, chunk, serial);
+        return Ok(());
+    }
     let dot4 = fast_kernel_x4(w.ty);
-    let tile4 = fast_tile4(w.ty);
     let act_at = |t: usize| &act[t * act_row..(t + 1) * act_row];
     let tile = |r0: usize, r1: usize, out: &OutPtr| {
         // SAFETY (every write): t < n_tokens and r < rows, so the index is inside `out`; row
         // ranges of different tasks are disjoint, so no element is written twice.
         let put = |t: usize, r: usize, v: f32| unsafe { out.0.add(t * rows + r).write(v) };
         let mut t = 0;
-        if dot4.is_some() || tile4.is_some() {
+        if let Some(dot4) = dot4 {
             while t + 4 <= n_tokens {
                 let a = [act_at(t), act_at(t + 1), act_at(t + 2), act_at(t + 3)];
-                let mut r = r0;
-                if let Some(tile4) = tile4 {
-                    while r + 4 <= r1 {
-                        let v = tile4(&w.data[r * row_bytes..(r + 4) * row_bytes], a);
-                        for (i, v) in v.into_iter().enumerate() {
-                            put(t + i % 4, r + i / 4, v);
-                        }
-                        r += 4;
-                    }
-                }
-                for r in r..r1 {
-                    let wr = w.row(r, row_bytes);
-                    let v = match dot4 {
-                        Some(dot4) => dot4(wr, a),
-                        None => a.map(|a| dot(wr, a)),
-                    };
+                for r in r0..r1 {
+                    let v = dot4(w.row(r, row_bytes), a);
                     for (k, v) in v.into_iter().enumerate() {
                         put(t + k, r, v);
                     }
@@ -194,12 +192,8 @@ fn run(
         }
     };
     let ptr = OutPtr(out.as_mut_ptr());
-    // NOTE: rows go in chunks (a multiple of 4, the tile height) even on one thread, so that
-    // a chunk's weights stay in cache while every token passes over them.
-    let chunk = rows
-        .div_ceil(threads * 4)
-        .clamp(MIN_CHUNK_ROWS, MAX_PREFILL_CHUNK_ROWS)
-        .next_multiple_of(4);
+    // NOTE: rows go in chunks even on one thread, so that a chunk's weights stay in cache
+    // while every token passes over them.
     let n_chunks = rows.div_ceil(chunk);
     let run_chunk = |c: usize| tile(c * chunk, ((c + 1) * chunk).min(rows), &ptr);
     if serial {
@@ -210,8 +204,104 @@ fn run(
     Ok(())
 }
 
+/// Prefill through packed operands: every activation row is packed once, each row chunk
+/// packs its weight rows into a per-thread buffer, and 4 x 4 tiles cover the chunk. Rows and
+/// tokens are padded to multiples of 4 with zero rows / tokens, whose outputs are dropped.
+#[allow(clippy::too_many_arguments)]
+fn run_packed(
+    w: &WeightMatrix,
+    act: &[u8],
+    act_ty: GgmlType,
+    act_row: usize,
+    n_tokens: usize,
+    out: &mut [f32],
+    pk: &PackedTile,
+    chunk: usize,
+    serial: bool,
+) {
+    let rows = w.rows;
+    let row_bytes = w.row_bytes();
+    let n_blocks = w.cols / w.ty.block_size();
+    let n_pairs = n_blocks.div_ceil(2);
+    let (a_stride, w_stride) = (n_pairs * pk.a_pair, n_pairs * pk.w_pair);
+    let t_pad = n_tokens.next_multiple_of(4);
+    PACK_SCRATCH.with(|cell| {
+        let mut fresh = Vec::new();
+        let mut guard = cell.try_borrow_mut();
+        // NOTE: a fresh buffer when re-entered on this thread, as for `ACT_SCRATCH`.
+        let apack: &mut Vec<u8> = match guard.as_mut() {
+            Ok(g) => g,
+            Err(_) => &mut fresh,
+        };
+        apack.clear();
+        apack.resize(t_pad * a_stride, 0);
+        for (a, dst) in act
+            .chunks_exact(act_row)
+            .zip(apack.chunks_exact_mut(a_stride))
+        {
+            pk.pack_acts(act_ty, a, n_blocks, dst);
+        }
+        let apack: &[u8] = apack;
+        let ptr = OutPtr(out.as_mut_ptr());
+        let run_chunk = |c: usize| {
+            let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(rows));
+            let r_pad = (r1 - r0).next_multiple_of(4);
+            W_PACK_SCRATCH.with(|wcell| {
+                let mut fresh = Vec::new();
+                let mut guard = wcell.try_borrow_mut();
+                let wpack: &mut Vec<u8> = match guard.as_mut() {
+                    Ok(g) => g,
+                    Err(_) => &mut fresh,
+                };
+                wpack.clear();
+                wpack.resize(r_pad * w_stride, 0);
+                for (r, dst) in (r0..r1).zip(wpack.chunks_exact_mut(w_stride)) {
+                    pk.pack_weights(w.ty, w.row(r, row_bytes), n_blocks, dst);
+                }
+                let a_at = |t: usize| &apack[t * a_stride..(t + 1) * a_stride];
+                for t in (0..t_pad).step_by(4) {
+                    let a = [a_at(t), a_at(t + 1), a_at(t + 2), a_at(t + 3)];
+                    for rr in (0..r_pad).step_by(4) {
+                        let v = pk.tile(
+                            &wpack[rr * w_stride..(rr + 4) * w_stride],
+                            w_stride,
+                            a,
+                            n_pairs,
+                        );
+                        for (i, v) in v.into_iter().enumerate() {
+                            let (tk, r) = (t + i % 4, r0 + rr + i / 4);
+                            if tk < n_tokens && r < r1 {
+                                // SAFETY: tk < n_tokens and r < rows index inside `out`; row
+                                // chunks are disjoint, so no element is written twice.
+                                unsafe { ptr.write(tk * rows + r, v) };
+                            }
+                        }
+                    }
+                }
+            })
+        };
+        let n_chunks = rows.div_ceil(chunk);
+        if serial {
+            (0..n_chunks).for_each(run_chunk);
+        } else {
+            (0..n_chunks).into_par_iter().for_each(run_chunk);
+        }
+    })
+}
+
 /// The output pointer shared by the row-chunk tasks, which write disjoint elements.
 struct OutPtr(*mut f32);
+impl OutPtr {
+    /// Writes `v` at element `i`.
+    ///
+    /// # Safety
+    /// `i` is inside the output and no other task writes element `i`.
+    unsafe fn write(&self, i: usize, v: f32) {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.0.add(i).write(v) }
+    }
+}
+
 // SAFETY: tasks write disjoint elements (see `tile`) and `matmul` holds `&mut out` until all
 // tasks have finished.
 unsafe impl Sync for OutPtr {}

@@ -18,9 +18,9 @@ fn dp_u8i8(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
 
 define_int_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni");
 
-/// 4-row x 4-token prefill tiles for the 32-element block types.
-#[path = "avx512/tile.rs"]
-mod tile;
+/// Packed 4-row x 4-token prefill tiles for the 32-element block types.
+#[path = "avx512/packed.rs"]
+mod packed;
 /// 512-bit kernels for the legacy types, two blocks per register.
 #[path = "avx512/wide.rs"]
 mod wide;
@@ -112,11 +112,11 @@ pub(super) unsafe fn kernel_x4(ty: GgmlType) -> Option<crate::dot::Dot4Fn> {
     unsafe { wide::kernel_x4(ty).or_else(|| wide_k::kernel_x4(ty)) }
 }
 
-/// The 4-row x 4-token tile for `ty`, if there is one at this level.
+/// The packed prefill kernels for `ty`, if there are some at this level.
 ///
 /// # Safety
 /// As for [`kernel`].
-pub(super) unsafe fn kernel_tile4(ty: GgmlType) -> Option<crate::dot::Tile4Fn> {
+pub(super) unsafe fn kernel_packed(ty: GgmlType) -> Option<crate::dot::PackedTile> {
     // SAFETY: forwarded from this function's contract.
-    unsafe { tile::kernel_tile4(ty) }
+    unsafe { packed::kernel_packed(ty) }
 }

@@ -27,10 +27,55 @@ pub(crate) type DotFn = fn(w: &[u8], a: &[u8]) -> f32;
 /// weights; same length contract as [`DotFn`] for every activation row.
 pub(crate) type Dot4Fn = fn(w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 
-/// Four weight rows (back to back in `w`, equal lengths) against four activation rows: lane
-/// `4 * r + k` of the result is `dot(row r, a[k])`. Same length contract as [`DotFn`] for every
-/// row pair.
-pub(crate) type Tile4Fn = fn(w: &[u8], a: [&[u8]; 4]) -> [f32; 16];
+/// Packs one row of `n_blocks` blocks into `dst` (see [`PackedTile`]).
+pub(crate) type PackFn = fn(src: &[u8], n_blocks: usize, dst: &mut [u8]);
+
+/// 4 packed weight rows (`stride` bytes apart) x 4 packed activation rows over `n_pairs` pairs.
+pub(crate) type PackedTileFn =
+    fn(w: &[u8], stride: usize, a: [&[u8]; 4], n_pairs: usize) -> [f32; 16];
+
+/// Prefill kernels on packed operands: weight rows and quantized activation rows are unpacked
+/// once per `matmul` call into register-ready pairs of blocks, and a 4-row x 4-token tile runs
+/// on those (see `avx512/packed.rs` for the layout).
+#[derive(Clone, Copy)]
+pub(crate) struct PackedTile {
+    /// Bytes of one packed pair of weight blocks.
+    pub w_pair: usize,
+    /// Bytes of one packed pair of activation blocks.
+    pub a_pair: usize,
+    pack_w: PackFn,
+    pack_a: PackFn,
+    tile: PackedTileFn,
+}
+
+impl PackedTile {
+    /// Packs one weight row of `n_blocks` blocks into `dst` (`n_blocks.div_ceil(2) * w_pair`
+    /// bytes).
+    pub fn pack_weights(&self, ty: GgmlType, w: &[u8], n_blocks: usize, dst: &mut [u8]) {
+        // NOTE: real checks, not debug ones: the kernels read and write through raw pointers.
+        assert!(
+            w.len() >= n_blocks * ty.type_size() && dst.len() >= n_blocks.div_ceil(2) * self.w_pair
+        );
+        (self.pack_w)(w, n_blocks, dst)
+    }
+
+    /// Packs one activation row (of the weight type's `vec_dot_type`, `n_blocks` blocks).
+    pub fn pack_acts(&self, act: GgmlType, a: &[u8], n_blocks: usize, dst: &mut [u8]) {
+        assert!(
+            a.len() >= n_blocks * act.type_size()
+                && dst.len() >= n_blocks.div_ceil(2) * self.a_pair
+        );
+        (self.pack_a)(a, n_blocks, dst)
+    }
+
+    /// 4 packed weight rows (`stride` bytes apart in `w`) x 4 packed activation rows, over
+    /// `n_pairs` block pairs: lane `4 * r + k` is `dot(row r, token k)`.
+    pub fn tile(&self, w: &[u8], stride: usize, a: [&[u8]; 4], n_pairs: usize) -> [f32; 16] {
+        assert!(stride >= n_pairs * self.w_pair && w.len() >= 3 * stride + n_pairs * self.w_pair);
+        assert!(a.iter().all(|r| r.len() >= n_pairs * self.a_pair));
+        (self.tile)(w, stride, a, n_pairs)
+    }
+}
 
 /// The activation type llama.cpp pairs with weight type `ty`, or `None` when there is no dot
 /// kernel for `ty`.
@@ -126,9 +171,9 @@ fn build_table_x4(level: KernelLevel) -> Vec<(GgmlType, Dot4Fn)> {
         .collect()
 }
 
-/// The 4-row x 4-token tile for `ty` on this CPU, where there is one.
-pub(crate) fn fast_tile4(ty: GgmlType) -> Option<Tile4Fn> {
-    static TABLE: OnceLock<Vec<(GgmlType, Tile4Fn)>> = OnceLock::new();
+/// The packed prefill kernels for `ty` on this CPU, where there are some.
+pub(crate) fn fast_packed(ty: GgmlType) -> Option<PackedTile> {
+    static TABLE: OnceLock<Vec<(GgmlType, PackedTile)>> = OnceLock::new();
     let table = TABLE.get_or_init(|| {
         use GgmlType::*;
         [Q4_0, Q4_1, Q5_0, Q8_0]
@@ -136,7 +181,7 @@ pub(crate) fn fast_tile4(ty: GgmlType) -> Option<Tile4Fn> {
             .filter_map(|&ty| match kernel_level() {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: kernel_level() reported AVX-512 F/BW/DQ/VL/VNNI plus AVX2/FMA/F16C.
-                KernelLevel::Avx512Vnni => unsafe { avx512::kernel_tile4(ty) }.map(|f| (ty, f)),
+                KernelLevel::Avx512Vnni => unsafe { avx512::kernel_packed(ty) }.map(|f| (ty, f)),
                 _ => None,
             })
             .collect()

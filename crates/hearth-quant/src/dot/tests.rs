@@ -191,11 +191,23 @@ fn multi_token_kernels_match_scalar_reference() {
                 }
                 checked += 1;
             }
-            if let Some(tile) = fast_tile4(ty) {
-                let rows = w.concat();
-                let got = tile(&rows, [&a[0], &a[1], &a[2], &a[3]]);
+            if let Some(pk) = fast_packed(ty) {
+                let act = vec_dot_type(ty).unwrap();
+                let n_pairs = n_blocks.div_ceil(2);
+                // Odd strides: packed rows need no alignment.
+                let (ws, as_) = (n_pairs * pk.w_pair + 3, n_pairs * pk.a_pair + 5);
+                let mut wp = vec![0u8; 4 * ws];
+                for (r, dst) in w.iter().zip(wp.chunks_exact_mut(ws)) {
+                    pk.pack_weights(ty, r, n_blocks, dst);
+                }
+                let mut ap = vec![0u8; 4 * as_ + 1];
+                for (r, dst) in a.iter().zip(ap[1..].chunks_exact_mut(as_)) {
+                    pk.pack_acts(act, r, n_blocks, dst);
+                }
+                let at = |k: usize| &ap[1 + k * as_..1 + (k + 1) * as_];
+                let got = pk.tile(&wp, ws, [at(0), at(1), at(2), at(3)], n_pairs);
                 for (i, &g) in got.iter().enumerate() {
-                    assert_close(ty, "tile4", g, &w[i / 4], &a[i % 4], n);
+                    assert_close(ty, "packed tile", g, &w[i / 4], &a[i % 4], n);
                 }
                 checked += 1;
             }
