@@ -222,8 +222,7 @@ fn run_packed(
     let rows = w.rows;
     let row_bytes = w.row_bytes();
     let n_blocks = w.cols / w.ty.block_size();
-    let n_pairs = n_blocks.div_ceil(2);
-    let (a_stride, w_stride) = (n_pairs * pk.a_pair, n_pairs * pk.w_pair);
+    let (a_stride, w_stride) = (pk.a_row_bytes(n_blocks), pk.w_row_bytes(n_blocks));
     let t_pad = n_tokens.next_multiple_of(4);
     PACK_SCRATCH.with(|cell| {
         let mut fresh = Vec::new();
@@ -266,7 +265,7 @@ fn run_packed(
                             &wpack[rr * w_stride..(rr + 4) * w_stride],
                             w_stride,
                             a,
-                            n_pairs,
+                            n_blocks,
                         );
                         for (i, v) in v.into_iter().enumerate() {
                             let (tk, r) = (t + i % 4, r0 + rr + i / 4);

@@ -30,9 +30,10 @@ pub(crate) type Dot4Fn = fn(w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 /// Packs one row of `n_blocks` blocks into `dst` (see [`PackedTile`]).
 pub(crate) type PackFn = fn(src: &[u8], n_blocks: usize, dst: &mut [u8]);
 
-/// 4 packed weight rows (`stride` bytes apart) x 4 packed activation rows over `n_pairs` pairs.
+/// 4 packed weight rows (`stride` bytes apart) x 4 packed activation rows of `n_blocks`
+/// blocks each.
 pub(crate) type PackedTileFn =
-    fn(w: &[u8], stride: usize, a: [&[u8]; 4], n_pairs: usize) -> [f32; 16];
+    fn(w: &[u8], stride: usize, a: [&[u8]; 4], n_blocks: usize) -> [f32; 16];
 
 /// Prefill kernels on packed operands: weight rows and quantized activation rows are unpacked
 /// once per `matmul` call into register-ready pairs of blocks, and a 4-row x 4-token tile runs
@@ -40,40 +41,57 @@ pub(crate) type PackedTileFn =
 #[derive(Clone, Copy)]
 pub(crate) struct PackedTile {
     /// Bytes of one packed pair of weight blocks.
-    pub w_pair: usize,
+    w_pair: usize,
     /// Bytes of one packed pair of activation blocks.
-    pub a_pair: usize,
+    a_pair: usize,
+    /// Whether both packed rows end in one f32 per block (weight mins, activation sums),
+    /// zero-padded to a multiple of 16.
+    per_block: bool,
     pack_w: PackFn,
     pack_a: PackFn,
     tile: PackedTileFn,
 }
 
 impl PackedTile {
-    /// Packs one weight row of `n_blocks` blocks into `dst` (`n_blocks.div_ceil(2) * w_pair`
-    /// bytes).
+    fn tail_bytes(&self, n_blocks: usize) -> usize {
+        if self.per_block {
+            n_blocks.div_ceil(16) * 64
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of one packed weight row of `n_blocks` blocks.
+    pub fn w_row_bytes(&self, n_blocks: usize) -> usize {
+        n_blocks.div_ceil(2) * self.w_pair + self.tail_bytes(n_blocks)
+    }
+
+    /// Bytes of one packed activation row of `n_blocks` blocks.
+    pub fn a_row_bytes(&self, n_blocks: usize) -> usize {
+        n_blocks.div_ceil(2) * self.a_pair + self.tail_bytes(n_blocks)
+    }
+
+    /// Packs one weight row of `n_blocks` blocks into `dst` ([`Self::w_row_bytes`] bytes).
     pub fn pack_weights(&self, ty: GgmlType, w: &[u8], n_blocks: usize, dst: &mut [u8]) {
         // NOTE: real checks, not debug ones: the kernels read and write through raw pointers.
-        assert!(
-            w.len() >= n_blocks * ty.type_size() && dst.len() >= n_blocks.div_ceil(2) * self.w_pair
-        );
+        assert!(w.len() >= n_blocks * ty.type_size() && dst.len() >= self.w_row_bytes(n_blocks));
         (self.pack_w)(w, n_blocks, dst)
     }
 
-    /// Packs one activation row (of the weight type's `vec_dot_type`, `n_blocks` blocks).
+    /// Packs one activation row (of the weight type's `vec_dot_type`, `n_blocks` blocks) into
+    /// `dst` ([`Self::a_row_bytes`] bytes).
     pub fn pack_acts(&self, act: GgmlType, a: &[u8], n_blocks: usize, dst: &mut [u8]) {
-        assert!(
-            a.len() >= n_blocks * act.type_size()
-                && dst.len() >= n_blocks.div_ceil(2) * self.a_pair
-        );
+        assert!(a.len() >= n_blocks * act.type_size() && dst.len() >= self.a_row_bytes(n_blocks));
         (self.pack_a)(a, n_blocks, dst)
     }
 
-    /// 4 packed weight rows (`stride` bytes apart in `w`) x 4 packed activation rows, over
-    /// `n_pairs` block pairs: lane `4 * r + k` is `dot(row r, token k)`.
-    pub fn tile(&self, w: &[u8], stride: usize, a: [&[u8]; 4], n_pairs: usize) -> [f32; 16] {
-        assert!(stride >= n_pairs * self.w_pair && w.len() >= 3 * stride + n_pairs * self.w_pair);
-        assert!(a.iter().all(|r| r.len() >= n_pairs * self.a_pair));
-        (self.tile)(w, stride, a, n_pairs)
+    /// 4 packed weight rows (`stride` bytes apart in `w`) x 4 packed activation rows of
+    /// `n_blocks` blocks: lane `4 * r + k` is `dot(row r, token k)`.
+    pub fn tile(&self, w: &[u8], stride: usize, a: [&[u8]; 4], n_blocks: usize) -> [f32; 16] {
+        let (wb, ab) = (self.w_row_bytes(n_blocks), self.a_row_bytes(n_blocks));
+        assert!(stride >= wb && w.len() >= 3 * stride + wb);
+        assert!(a.iter().all(|r| r.len() >= ab));
+        (self.tile)(w, stride, a, n_blocks)
     }
 }
 

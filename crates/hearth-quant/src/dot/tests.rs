@@ -193,9 +193,8 @@ fn multi_token_kernels_match_scalar_reference() {
             }
             if let Some(pk) = fast_packed(ty) {
                 let act = vec_dot_type(ty).unwrap();
-                let n_pairs = n_blocks.div_ceil(2);
                 // Odd strides: packed rows need no alignment.
-                let (ws, as_) = (n_pairs * pk.w_pair + 3, n_pairs * pk.a_pair + 5);
+                let (ws, as_) = (pk.w_row_bytes(n_blocks) + 3, pk.a_row_bytes(n_blocks) + 5);
                 let mut wp = vec![0u8; 4 * ws];
                 for (r, dst) in w.iter().zip(wp.chunks_exact_mut(ws)) {
                     pk.pack_weights(ty, r, n_blocks, dst);
@@ -205,7 +204,7 @@ fn multi_token_kernels_match_scalar_reference() {
                     pk.pack_acts(act, r, n_blocks, dst);
                 }
                 let at = |k: usize| &ap[1 + k * as_..1 + (k + 1) * as_];
-                let got = pk.tile(&wp, ws, [at(0), at(1), at(2), at(3)], n_pairs);
+                let got = pk.tile(&wp, ws, [at(0), at(1), at(2), at(3)], n_blocks);
                 for (i, &g) in got.iter().enumerate() {
                     assert_close(ty, "packed tile", g, &w[i / 4], &a[i % 4], n);
                 }

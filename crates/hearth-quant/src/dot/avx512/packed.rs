@@ -3,10 +3,13 @@
 //! into register-ready 64-byte vectors, and a 4-row x 4-token tile then runs on plain loads.
 //!
 //! ```text
-//!   weight pair (2 blocks) -> [u: 64 x u8][d_w: 16 x f32]{[m_w / 8: 16 x f32] (Q4_1)}
-//!   act pair (2 blocks)    -> [y: 64 x i8][d_a: 16 x f32][-bias * sum(y) per lane: 16 x i32 |
-//!                                                         s_a: 16 x f32 (Q8_1)]
+//!   weight row: pairs of blocks [u: 64 x u8][d_w: 16 x f32] ...
+//!               then for Q4_1: [m_w: one f32 per block, zero-padded to a multiple of 16]
+//!   act row:    pairs of blocks [y: 64 x i8][d_a: 16 x f32][-bias * sum(y): 16 x i32] ...
+//!               or for Q8_1:    [y: 64 x i8][d_a: 16 x f32] ... then [s_a: one f32 per block]
 //! ```
+//!
+//! The Q4_1 min term `sum(m_w * s_a)` over blocks thus takes one FMA per 16 blocks.
 //!
 //! Lanes 0..8 of the f32 / i32 vectors belong to the pair's first block, 8..16 to its second.
 //! An odd last block is padded with a zero block (u = 0, d = 0, y = 0), which adds nothing.
@@ -32,8 +35,12 @@ macro_rules! p_fn {
     };
 }
 
-/// Bytes of one packed activation pair (all types).
+/// Bytes of one packed weight pair.
+const W_PAIR: usize = 128;
+/// Bytes of one packed Q8_0 activation pair.
 const A_PAIR: usize = 192;
+/// Bytes of one packed Q8_1 activation pair.
+const A_PAIR_Q8_1: usize = 128;
 
 p_fn! {
     /// Lane `k` of the result is the sum of the 16 lanes of `v[k]` (a transposing reduction:
@@ -95,7 +102,7 @@ macro_rules! pack_offset_weights {
                         u = _mm512_maskz_mov_epi8(FIRST_BYTES, u);
                         d = _mm512_maskz_mov_ps(FIRST_LANES, d);
                     }
-                    let o = dst.add(128 * i);
+                    let o = dst.add(W_PAIR * i);
                     st(o, u);
                     stf(o.add(64), d);
                 }
@@ -113,9 +120,30 @@ pack_offset_weights!(pack_q8_0, 34, |p0, p1| {
     _mm512_xor_si512(load64(p0.add(2), p1.add(2)), _mm512_set1_epi8(0x80u8 as i8))
 });
 
+/// Writes the f16 at byte `at` of each of `n` blocks of `bsz` bytes as f32 at `dst`, then
+/// zeros up to a multiple of 16 values.
+unsafe fn per_block_f32(
+    src: *const u8,
+    n: usize,
+    bsz: usize,
+    at: usize,
+    dst: *mut u8,
+    t: &[f32; 65536],
+) {
+    let dst = dst as *mut f32;
+    for b in 0..n.next_multiple_of(16) {
+        let v = if b < n {
+            let bits = (src.add(bsz * b + at) as *const u16).read_unaligned();
+            t[bits as usize]
+        } else {
+            0.0
+        };
+        dst.add(b).write_unaligned(v);
+    }
+}
+
 p_fn! {
-    /// Q4_1 weights: nibbles, `d_w` and `m_w / 8` (the min term is added in all 8 lanes of a
-    /// block and summed by the final reduction).
+    /// Q4_1 weights: nibbles and `d_w` per pair, then the mins `m_w`.
     fn pack_q4_1(w: *const u8, n: usize, dst: *mut u8, t: &[f32; 65536]) -> () {
         for i in 0..n.div_ceil(2) {
             let p0 = w.add(40 * i);
@@ -123,18 +151,15 @@ p_fn! {
             let p1 = if full { p0.add(20) } else { p0 };
             let mut u = nibbles64(p0.add(4), p1.add(4));
             let mut d = scales2(bcast_f16(t, p0), bcast_f16(t, p1));
-            let m = scales2(bcast_f16(t, p0.add(2)), bcast_f16(t, p1.add(2)));
-            let mut m = _mm512_mul_ps(m, _mm512_set1_ps(0.125));
             if !full {
                 u = _mm512_maskz_mov_epi8(FIRST_BYTES, u);
                 d = _mm512_maskz_mov_ps(FIRST_LANES, d);
-                m = _mm512_maskz_mov_ps(FIRST_LANES, m);
             }
-            let o = dst.add(192 * i);
+            let o = dst.add(128 * i);
             st(o, u);
             stf(o.add(64), d);
-            stf(o.add(128), m);
         }
+        per_block_f32(w, n, 20, 2, dst.add(128 * n.div_ceil(2)), t);
     }
 }
 
@@ -144,36 +169,33 @@ p_fn! {
     #[allow(clippy::too_many_arguments)]
     fn pack_acts(a: *const u8, n: usize, dst: *mut u8, bsz: usize, q: usize, sum_at: Option<usize>, bias: i8, t: &[f32; 65536]) -> () {
         let zero = _mm512_setzero_si512();
+        let pair = if sum_at.is_some() { A_PAIR_Q8_1 } else { A_PAIR };
         for i in 0..n.div_ceil(2) {
             let p0 = a.add(bsz * 2 * i);
             let full = 2 * i + 1 < n;
             let p1 = if full { p0.add(bsz) } else { p0 };
             let mut y = load64(p0.add(q), p1.add(q));
             let mut d = scales2(bcast_f16(t, p0), bcast_f16(t, p1));
-            let mut s = match sum_at {
-                Some(at) => scales2(bcast_f16(t, p0.add(at)), bcast_f16(t, p1.add(at))),
-                None => _mm512_setzero_ps(),
-            };
             if !full {
                 y = _mm512_maskz_mov_epi8(FIRST_BYTES, y);
                 d = _mm512_maskz_mov_ps(FIRST_LANES, d);
-                s = _mm512_maskz_mov_ps(FIRST_LANES, s);
             }
-            let o = dst.add(A_PAIR * i);
+            let o = dst.add(pair * i);
             st(o, y);
             stf(o.add(64), d);
-            if sum_at.is_some() {
-                stf(o.add(128), s);
-            } else {
+            if sum_at.is_none() {
                 let off = _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(bias), y);
                 st(o.add(128), _mm512_sub_epi32(zero, off));
             }
         }
+        if let Some(at) = sum_at {
+            per_block_f32(a, n, bsz, at, dst.add(pair * n.div_ceil(2)), t);
+        }
     }
 }
 
-/// 4 packed weight rows (`w`, `stride` bytes apart) x 4 packed activation rows, `n` pairs:
-/// lane `4 * r + k` of the result is `dot(row r, token k)`. `MIN`: Q4_1 (min term) layout.
+/// 4 packed weight rows (`w`, `stride` bytes apart) x 4 packed activation rows of `n` blocks:
+/// lane `4 * r + k` of the result is `dot(row r, token k)`. `MIN`: the Q4_1 x Q8_1 layout.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
 unsafe fn tile<const MIN: bool>(
     w: *const u8,
@@ -181,42 +203,48 @@ unsafe fn tile<const MIN: bool>(
     a: [*const u8; 4],
     n: usize,
 ) -> [f32; 16] {
-    {
-        let wpair = if MIN { 192 } else { 128 };
-        let zero = _mm512_setzero_si512();
-        let ld = |p: *const u8| _mm512_loadu_si512(p as *const __m512i);
-        let ldf = |p: *const u8| _mm512_loadu_ps(p as *const f32);
-        let mut acc = [_mm512_setzero_ps(); 16];
-        for i in 0..n {
-            let mut x = [zero; 4];
-            let mut dw = [_mm512_setzero_ps(); 4];
+    let apair = if MIN { A_PAIR_Q8_1 } else { A_PAIR };
+    let zero = _mm512_setzero_si512();
+    let ld = |p: *const u8| _mm512_loadu_si512(p as *const __m512i);
+    let ldf = |p: *const u8| _mm512_loadu_ps(p as *const f32);
+    let mut acc = [_mm512_setzero_ps(); 16];
+    let n_pairs = n.div_ceil(2);
+    for i in 0..n_pairs {
+        let mut x = [zero; 4];
+        let mut dw = [_mm512_setzero_ps(); 4];
+        for r in 0..4 {
+            let wp = w.add(r * stride + W_PAIR * i);
+            x[r] = ld(wp);
+            dw[r] = ldf(wp.add(64));
+        }
+        for k in 0..4 {
+            let ap = a[k].add(apair * i);
+            let (y, da) = (ld(ap), ldf(ap.add(64)));
+            // The integer sum starts at -bias * sum(y), or 0 for the unsigned Q4_1.
+            let start = if MIN { zero } else { ld(ap.add(128)) };
             for r in 0..4 {
-                let wp = w.add(r * stride + wpair * i);
-                x[r] = ld(wp);
-                dw[r] = ldf(wp.add(64));
+                let p = _mm512_dpbusd_epi32(start, x[r], y);
+                let acc = &mut acc[4 * r + k];
+                *acc = _mm512_fmadd_ps(_mm512_mul_ps(dw[r], da), _mm512_cvtepi32_ps(p), *acc);
             }
+        }
+    }
+    if MIN {
+        // sum(m_w * s_a) over blocks, 16 blocks per FMA (padding lanes are zero).
+        for c in 0..n.div_ceil(16) {
+            let m: [__m512; 4] =
+                std::array::from_fn(|r| ldf(w.add(r * stride + W_PAIR * n_pairs + 64 * c)));
             for k in 0..4 {
-                let ap = a[k].add(A_PAIR * i);
-                let (y, da) = (ld(ap), ldf(ap.add(64)));
+                let s = ldf(a[k].add(apair * n_pairs + 64 * c));
                 for r in 0..4 {
-                    let acc = &mut acc[4 * r + k];
-                    let d = _mm512_mul_ps(dw[r], da);
-                    if MIN {
-                        let p = _mm512_dpbusd_epi32(zero, x[r], y);
-                        *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), *acc);
-                        let m = ldf(w.add(r * stride + wpair * i + 128));
-                        *acc = _mm512_fmadd_ps(m, ldf(ap.add(128)), *acc);
-                    } else {
-                        let p = _mm512_dpbusd_epi32(ld(ap.add(128)), x[r], y);
-                        *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), *acc);
-                    }
+                    acc[4 * r + k] = _mm512_fmadd_ps(m[r], s, acc[4 * r + k]);
                 }
             }
         }
-        let mut out = [0f32; 16];
-        _mm512_storeu_ps(out.as_mut_ptr(), hsum16(&acc));
-        out
     }
+    let mut out = [0f32; 16];
+    _mm512_storeu_ps(out.as_mut_ptr(), hsum16(&acc));
+    out
 }
 
 /// The packed prefill kernels for `ty`, if this module has them.
@@ -275,10 +303,11 @@ pub(super) unsafe fn kernel_packed(ty: GgmlType) -> Option<PackedTile> {
         ),
         _ => return None,
     };
-    let w_pair = if ty == GgmlType::Q4_1 { 192 } else { 128 };
+    let q4_1 = ty == GgmlType::Q4_1;
     Some(PackedTile {
-        w_pair,
-        a_pair: A_PAIR,
+        w_pair: W_PAIR,
+        a_pair: if q4_1 { A_PAIR_Q8_1 } else { A_PAIR },
+        per_block: q4_1,
         pack_w,
         pack_a,
         tile,
