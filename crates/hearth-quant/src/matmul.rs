@@ -232,8 +232,9 @@ fn run_packed(
             Ok(g) => g,
             Err(_) => &mut fresh,
         };
-        apack.clear();
+        // NOTE: the packers overwrite every byte of the real rows; only padding needs zeros.
         apack.resize(t_pad * a_stride, 0);
+        apack[n_tokens * a_stride..].fill(0);
         for (a, dst) in act
             .chunks_exact(act_row)
             .zip(apack.chunks_exact_mut(a_stride))
@@ -252,8 +253,8 @@ fn run_packed(
                     Ok(g) => g,
                     Err(_) => &mut fresh,
                 };
-                wpack.clear();
                 wpack.resize(r_pad * w_stride, 0);
+                wpack[(r1 - r0) * w_stride..].fill(0);
                 for (r, dst) in (r0..r1).zip(wpack.chunks_exact_mut(w_stride)) {
                     pk.pack_weights(w.ty, w.row(r, row_bytes), n_blocks, dst);
                 }
