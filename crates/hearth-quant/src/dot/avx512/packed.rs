@@ -43,30 +43,39 @@ const A_PAIR: usize = 192;
 const A_PAIR_Q8_1: usize = 128;
 
 p_fn! {
-    /// Lane `k` of the result is the sum of the 16 lanes of `v[k]` (a transposing reduction:
-    /// 45 vector operations for 16 sums instead of 16 separate reductions).
+    /// Lane `k` of the result is the sum of the 16 lanes of `v[k]`, added in exactly the order
+    /// of `_mm512_reduce_add_ps` (halves of 8, 4, 2, then 1 lanes) so that the tiles give the
+    /// same bits as the one-row kernels' reductions; a transposing reduction, 45 vector
+    /// operations for all 16 sums.
     fn hsum16(v: &[__m512; 16]) -> __m512 {
-        // Within 128-bit lanes: (a, b) -> [a, b, a, b] partials.
-        let mut l1 = [_mm512_setzero_ps(); 8];
-        for (k, l) in l1.iter_mut().enumerate() {
-            let (a, b) = (v[2 * k], v[2 * k + 1]);
-            *l = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-        }
-        // Within 128-bit lanes: position p holds source 4m + p.
-        let mut l2 = [_mm512_setzero_ps(); 4];
-        for (m, l) in l2.iter_mut().enumerate() {
-            let (c, d) = (l1[2 * m], l1[2 * m + 1]);
-            let u = _mm512_shuffle_ps::<0b01_00_01_00>(c, d);
-            let w = _mm512_shuffle_ps::<0b11_10_11_10>(c, d);
-            *l = _mm512_add_ps(u, w);
-        }
-        // Across 128-bit lanes: 128-bit lane q ends up holding l2[q]'s totals.
-        let fold = |g: __m512, h: __m512| {
-            let u = _mm512_shuffle_f32x4::<0b10_00_10_00>(g, h);
-            let w = _mm512_shuffle_f32x4::<0b11_01_11_01>(g, h);
-            _mm512_add_ps(u, w)
-        };
-        fold(fold(l2[0], l2[1]), fold(l2[2], l2[3]))
+        // s_i = a_i + a_(i+8): 8 sums of each source, two sources per vector.
+        let s: [__m512; 8] = std::array::from_fn(|m| {
+            let (a, b) = (v[2 * m], v[2 * m + 1]);
+            let lo = _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b);
+            let hi = _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b);
+            _mm512_add_ps(lo, hi)
+        });
+        // t_i = s_i + s_(i+4): 128-bit lane q holds the 4 sums of source 4m + q.
+        let t: [__m512; 4] = std::array::from_fn(|m| {
+            let (a, b) = (s[2 * m], s[2 * m + 1]);
+            let lo = _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b);
+            let hi = _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b);
+            _mm512_add_ps(lo, hi)
+        });
+        // u_i = t_i + t_(i+2): 128-bit lane q holds [u0, u1] of sources 8m + q and 8m + 4 + q.
+        let u: [__m512; 2] = std::array::from_fn(|m| {
+            let (a, b) = (t[2 * m], t[2 * m + 1]);
+            let lo = _mm512_shuffle_ps::<0b01_00_01_00>(a, b);
+            let hi = _mm512_shuffle_ps::<0b11_10_11_10>(a, b);
+            _mm512_add_ps(lo, hi)
+        });
+        // r = u_0 + u_1: 128-bit lane q holds sources q, 4 + q, 8 + q, 12 + q.
+        let lo = _mm512_shuffle_ps::<0b10_00_10_00>(u[0], u[1]);
+        let hi = _mm512_shuffle_ps::<0b11_01_11_01>(u[0], u[1]);
+        let r = _mm512_add_ps(lo, hi);
+        // Back to source order: lane 4q + p <- lane 4p + q.
+        let idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+        _mm512_permutexvar_ps(idx, r)
     }
 }
 
@@ -312,4 +321,34 @@ pub(super) unsafe fn kernel_packed(ty: GgmlType) -> Option<PackedTile> {
         pack_a,
         tile,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn hsum16_adds_in_the_order_of_reduce_add_ps() {
+        if crate::cpu::kernel_level() != crate::cpu::KernelLevel::Avx512Vnni {
+            return;
+        }
+        let mut rng = StdRng::seed_from_u64(21);
+        for _ in 0..2000 {
+            // Mixed magnitudes, so that any other association changes the rounding.
+            let vals: Vec<f32> = (0..256)
+                .map(|_| rng.gen_range(-1f32..1.0) * 10f32.powi(rng.gen_range(-6..7)))
+                .collect();
+            // SAFETY: AVX-512 checked above; every load reads 16 of the 256 values.
+            let (got, want) = unsafe {
+                let v: [__m512; 16] =
+                    std::array::from_fn(|k| _mm512_loadu_ps(vals[16 * k..].as_ptr()));
+                let mut got = [0f32; 16];
+                _mm512_storeu_ps(got.as_mut_ptr(), hsum16(&v));
+                (got, v.map(|x| _mm512_reduce_add_ps(x)))
+            };
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{vals:?}");
+        }
+    }
 }

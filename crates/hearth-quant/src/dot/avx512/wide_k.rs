@@ -125,6 +125,7 @@ k_fn! {
 k_fn! {
     /// Q4_K against 4 Q8_K activation rows: the block's nibbles and spread scales are unpacked
     /// once and serve every token; `vpdpwssd` folds the scale multiply into the accumulation.
+    /// Per token the arithmetic (and so every rounding) is that of `q4_k_q8_k`.
     fn q4_k_x4(w: *const u8, a: [*const u8; 4], n: usize) -> [f32; 4] {
         let m4 = _mm512_set1_epi8(0x0F);
         let shifts = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
@@ -170,8 +171,8 @@ k_fn! {
 }
 
 k_fn! {
-    /// Q6_K against 4 Q8_K activation rows (see `q4_k_x4`). The -32 offset of the stored
-    /// quants joins the integer sum as one more `vpdpwssd` of the group sums with -32 * scale.
+    /// Q6_K against 4 Q8_K activation rows (see `q4_k_x4`), with the same arithmetic per
+    /// token as `q6_k_q8_k`.
     fn q6_k_x4(w: *const u8, a: [*const u8; 4], n: usize) -> [f32; 4] {
         let m4 = _mm512_set1_epi8(0x0F);
         let m3 = _mm512_set1_epi8(3);
@@ -179,12 +180,11 @@ k_fn! {
         let sh23 = _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4);
         let idx = [load_idx(&Q6K_IDX[0]), load_idx(&Q6K_IDX[1]), load_idx(&Q6K_IDX[2]), load_idx(&Q6K_IDX[3])];
         let mut acc = [_mm512_setzero_ps(); 4];
+        let mut acc_off = [_mm256_setzero_ps(); 4];
         for i in 0..n {
             let wp = w.add(210 * i);
             let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(wp.add(192) as *const __m128i));
             let sc = _mm512_castsi256_si512(sc16);
-            // |scale| <= 128, so -32 * scale fits i16.
-            let off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5)));
             let mut q = [_mm512_setzero_si512(); 4];
             let mut s = [_mm512_setzero_si512(); 4];
             for h in 0..2 {
@@ -198,20 +198,23 @@ k_fn! {
                 s[2 * h] = _mm512_permutexvar_epi16(idx[2 * h], sc);
                 s[2 * h + 1] = _mm512_permutexvar_epi16(idx[2 * h + 1], sc);
             }
-            let d = f16_at(wp.add(208));
+            let dw = f16_at(wp.add(208));
             for k in 0..4 {
                 let ap = a[k].add(292 * i);
                 let (ad, y) = (f32_at(ap), ap.add(4));
-                let bsums = _mm512_zextsi256_si512(load32(ap.add(260)));
-                let mut sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bsums, off);
+                let d = _mm256_set1_ps(ad * dw);
+                // Quants are stored as q + 32; subtract 32 * sum(sc * bsums).
+                let offs = _mm256_slli_epi32(_mm256_madd_epi16(load32(ap.add(260)), sc16), 5);
+                acc_off[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(offs), acc_off[k]);
+                let mut sumi = _mm512_setzero_si512();
                 for j in 0..4 {
                     let yv = _mm512_loadu_si512(y.add(64 * j) as *const __m512i);
                     sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q[j], yv), s[j]);
                 }
-                acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(ad * d), _mm512_cvtepi32_ps(sumi), acc[k]);
+                acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(ad * dw), _mm512_cvtepi32_ps(sumi), acc[k]);
             }
         }
-        acc.map(|v| _mm512_reduce_add_ps(v))
+        std::array::from_fn(|k| _mm512_reduce_add_ps(acc[k]) - hsum_ps(acc_off[k]))
     }
 }
 
