@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-models.sh smollm2 gemma3 >/dev/null
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --no-fail-fast "$@"
