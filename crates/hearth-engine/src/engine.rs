@@ -2,13 +2,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hearth_backend::{cpu::CpuBackend, AttnSeq, Backend, KvSpec};
+use hearth_backend::{cpu::CpuBackend, Backend, KvSpec};
 use hearth_gguf::GgufFile;
 use hearth_kv::BlockPool;
-use hearth_models::{Batch, DecoderModel};
+use hearth_models::DecoderModel;
 use hearth_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 
-use crate::{EngineError, Sequence};
+use crate::{EngineError, SeqStep, Sequence};
 
 /// Tokens per KV block.
 pub const BLOCK_SIZE: usize = 32;
@@ -223,45 +223,12 @@ impl Engine {
         tokens: &[u32],
         logits_rows: &[usize],
     ) -> Result<Vec<f32>, EngineError> {
-        let first_pos = seq.tokens.len();
-        if first_pos + tokens.len() > self.n_ctx() {
-            return Err(EngineError::PromptTooLong {
-                n_prompt: first_pos + tokens.len(),
-                n_ctx: self.n_ctx(),
-            });
-        }
-        seq.table
-            .reserve(&mut self.pool, tokens.len())
-            .map_err(|e| EngineError::OutOfBlocks(format!("{e:?}")))?;
-        let positions: Vec<u32> = (first_pos..first_pos + tokens.len())
-            .map(|p| p as u32)
-            .collect();
-        let seqs = [AttnSeq {
-            token_start: 0,
-            n_tokens: tokens.len(),
-            first_pos,
-            block_table: seq.table.blocks(),
-        }];
-        let batch = Batch {
+        let mut work = [SeqStep {
+            seq,
             tokens,
-            positions: &positions,
-            seqs: &seqs,
-            logits_rows,
-        };
-        let result = self
-            .model
-            .forward(&self.backend, &batch, &mut self.cache, BLOCK_SIZE);
-        match result {
-            Ok(logits) => {
-                seq.tokens.extend_from_slice(tokens);
-                Ok(logits)
-            }
-            Err(e) => {
-                // Keep the table consistent with the tokens that really are in the cache.
-                seq.table.truncate(&mut self.pool, first_pos);
-                Err(e.into())
-            }
-        }
+            logits_rows: logits_rows.to_vec(),
+        }];
+        Ok(self.step_batch(&mut work)?.remove(0))
     }
 
     /// Return a sequence's blocks to the pool.

@@ -4,11 +4,13 @@
 //! One step is one batched forward over the tokens of the sequences it is given. The CLI runs
 //! one sequence at a time; the server's scheduler hands several to the same step.
 
+mod batch_step;
 mod engine;
 mod error;
 mod generate;
 mod sequence;
 
+pub use batch_step::SeqStep;
 pub use engine::{Engine, EngineOptions, ModelInfo};
 pub use error::EngineError;
 pub use generate::{FinishReason, GenerationReport};

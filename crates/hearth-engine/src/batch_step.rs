@@ -1,0 +1,116 @@
+//! One forward step over several sequences at once.
+
+use hearth_backend::AttnSeq;
+use hearth_models::Batch;
+
+use crate::engine::BLOCK_SIZE;
+use crate::{Engine, EngineError, Sequence};
+
+/// One sequence's share of a step: the tokens it runs next and which of them need logits.
+pub struct SeqStep<'a> {
+    pub seq: &'a mut Sequence,
+    pub tokens: &'a [u32],
+    /// Indices into `tokens`.
+    pub logits_rows: Vec<usize>,
+}
+
+impl Engine {
+    /// Run every sequence's next tokens in one batched forward pass. Returns, per sequence, the
+    /// logits of its `logits_rows`, `[rows, n_vocab]` row-major. All or nothing: if KV blocks run
+    /// out or the forward fails, no sequence advances.
+    pub fn step_batch(&mut self, work: &mut [SeqStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        for w in work.iter() {
+            let end = w.seq.tokens.len() + w.tokens.len();
+            if w.tokens.is_empty() {
+                return Err(EngineError::EmptyPrompt);
+            }
+            if end > self.n_ctx() {
+                return Err(EngineError::PromptTooLong {
+                    n_prompt: end,
+                    n_ctx: self.n_ctx(),
+                });
+            }
+            if let Some(&r) = w.logits_rows.iter().find(|&&r| r >= w.tokens.len()) {
+                return Err(EngineError::Invalid(format!(
+                    "logits wanted for token {r} of {}",
+                    w.tokens.len()
+                )));
+            }
+        }
+        let before: Vec<usize> = work.iter().map(|w| w.seq.tokens.len()).collect();
+        if let Err(e) = self.reserve_all(work) {
+            self.roll_back(work, &before);
+            return Err(e);
+        }
+        let mut tokens = Vec::new();
+        let mut positions = Vec::new();
+        let mut logits_rows = Vec::new();
+        for (w, &first) in work.iter().zip(&before) {
+            let start = tokens.len();
+            tokens.extend_from_slice(w.tokens);
+            positions.extend((first..first + w.tokens.len()).map(|p| p as u32));
+            logits_rows.extend(w.logits_rows.iter().map(|r| start + r));
+        }
+        let mut start = 0;
+        let seqs: Vec<AttnSeq> = work
+            .iter()
+            .zip(&before)
+            .map(|(w, &first_pos)| {
+                let s = AttnSeq {
+                    token_start: start,
+                    n_tokens: w.tokens.len(),
+                    first_pos,
+                    block_table: w.seq.table.blocks(),
+                };
+                start += w.tokens.len();
+                s
+            })
+            .collect();
+        let batch = Batch {
+            tokens: &tokens,
+            positions: &positions,
+            seqs: &seqs,
+            logits_rows: &logits_rows,
+        };
+        let result = self
+            .model
+            .forward(&self.backend, &batch, &mut self.cache, BLOCK_SIZE);
+        drop(seqs);
+        let logits = match result {
+            Ok(l) => l,
+            Err(e) => {
+                self.roll_back(work, &before);
+                return Err(e.into());
+            }
+        };
+        let n_vocab = self.n_vocab();
+        let mut out = Vec::with_capacity(work.len());
+        let mut offset = 0;
+        for w in work.iter_mut() {
+            let n = w.logits_rows.len() * n_vocab;
+            out.push(logits[offset..offset + n].to_vec());
+            offset += n;
+            w.seq.tokens.extend_from_slice(w.tokens);
+        }
+        Ok(out)
+    }
+
+    fn reserve_all(&mut self, work: &mut [SeqStep]) -> Result<(), EngineError> {
+        for w in work.iter_mut() {
+            w.seq
+                .table
+                .reserve(&mut self.pool, w.tokens.len())
+                .map_err(|e| EngineError::OutOfBlocks(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Give back what a failed step reserved, so each table again covers exactly its tokens.
+    fn roll_back(&mut self, work: &mut [SeqStep], before: &[usize]) {
+        for (w, &n) in work.iter_mut().zip(before) {
+            if w.seq.table.n_tokens() > n {
+                w.seq.table.truncate(&mut self.pool, n);
+            }
+        }
+    }
+}
