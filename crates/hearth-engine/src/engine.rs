@@ -48,6 +48,8 @@ pub struct ModelInfo {
     pub n_ctx_train: usize,
     pub kv_bytes: u64,
     pub backend: String,
+    /// CPU threads the backend runs on.
+    pub n_threads: usize,
     pub load_time: Duration,
 }
 
@@ -118,6 +120,7 @@ impl Engine {
             n_ctx_train: model.config.n_ctx_train,
             kv_bytes: kv_spec.bytes_f16(),
             backend: backend.name(),
+            n_threads: backend.n_threads(),
             load_time: start.elapsed(),
         };
         Ok(Self {

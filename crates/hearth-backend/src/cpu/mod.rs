@@ -185,11 +185,7 @@ impl Backend for CpuBackend {
     }
 
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> CpuTensor {
-        assert_eq!(
-            data.len(),
-            rows * cols,
-            "upload: data does not match shape"
-        );
+        assert_eq!(data.len(), rows * cols, "upload: data does not match shape");
         CpuTensor {
             data: data.to_vec(),
             rows,

@@ -113,7 +113,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     let report = BenchReport {
         model: a.model.display().to_string(),
         backend: engine.info().backend.clone(),
-        threads: opts.n_threads,
+        threads: engine.info().n_threads,
         load_s,
         pp_tokens: a.n_prompt,
         pp_tok_s: Stat::of(&pp),
