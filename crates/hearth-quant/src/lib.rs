@@ -37,4 +37,6 @@ pub fn kernel_name() -> &'static str {
 }
 
 #[cfg(test)]
+mod matmul_invariance_tests;
+#[cfg(test)]
 mod matmul_tests;

@@ -11,6 +11,11 @@
 //!   types with packed tiles (Q4_0 / Q4_1 / Q5_0 / Q8_0 on AVX-512) instead pack act once and
 //!   each chunk's rows once, then run 4-row x 4-token tiles on the packed data.
 //! ```
+//!
+//! Batch invariance: every kernel a (row, token) pair can go through (one-row, one-row x
+//! 4-token, packed tile) adds that pair's blocks with the same float operations in the same
+//! order, so `out[t, r]` has the same bits whatever `n_tokens`, the token's place among them
+//! and the thread count. A request thus gets the same tokens alone or batched with others.
 
 use std::cell::RefCell;
 

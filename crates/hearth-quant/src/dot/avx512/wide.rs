@@ -1,6 +1,7 @@
 //! 512-bit kernels for the 32-element block types: two blocks per register, so each block
-//! costs half the vector instructions of the 256-bit form. An odd last block goes through the
-//! 256-bit kernel of the parent module.
+//! costs half the vector instructions of the 256-bit form. Every kernel here adds its blocks
+//! in the order of the packed prefill tiles (`packed.rs`), so that a token's result does not
+//! depend on which kernel `matmul` picks for it.
 
 use std::arch::x86_64::*;
 
@@ -72,156 +73,206 @@ wide_fn! {
 /// How far ahead of the current block the streaming kernels prefetch weight bytes.
 const PREFETCH_AHEAD: usize = 768;
 
-/// Sums block pairs `(scales, i32 lanes)` with two accumulators; `$i` is the first block of
-/// the pair. Leaves an odd last block to the caller.
+/// Sums blocks in pairs `(scales, i32 lanes)` into one accumulator, in the order of the packed
+/// prefill tiles (`packed.rs`): one FMA per pair, the pairs in order, and a lone last block
+/// with its second half's scales zeroed (the tiles pad it with a zero block). `$i` is the
+/// pair's first block and `$full` whether it has a second; the body reads block `$i` twice
+/// when it has not. Returns the 16 accumulator lanes, for [`min_terms`] and the reduction.
+///
+/// NOTE: a single accumulator, like the tiles, so that decode and prefill round alike; the
+/// unpacking per pair is long enough to hide the FMA latency.
 macro_rules! sum_pairs {
-    ($n:expr, $i:ident => $body:expr) => {{
+    ($n:expr, $i:ident, $full:ident => $body:expr) => {{
         let n: usize = $n;
-        let mut acc0 = _mm512_setzero_ps();
-        let mut acc1 = _mm512_setzero_ps();
+        let mut acc = _mm512_setzero_ps();
         let mut $i = 0usize;
-        while $i + 4 <= n {
+        while $i + 2 <= n {
+            let $full = true;
             let (d, v): (__m512, __m512i) = $body;
-            acc0 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(v), acc0);
-            $i += 2;
-            let (d, v): (__m512, __m512i) = $body;
-            acc1 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(v), acc1);
+            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(v), acc);
             $i += 2;
         }
-        if $i + 2 <= n {
+        if $i < n {
+            let $full = false;
             let (d, v): (__m512, __m512i) = $body;
-            acc0 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(v), acc0);
+            let d = _mm512_maskz_mov_ps(0x00FF, d);
+            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(v), acc);
         }
-        _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
+        acc
     }};
 }
 
 wide_fn! {
+    /// The f16 at byte 2 of each of `count` (at most 16) blocks of `sz` bytes from `p`, as f32
+    /// lanes; lanes past `count` are 0.
+    fn f16_at_2(p: *const u8, sz: usize, count: usize) -> __m512 {
+        let h = if count >= 8 {
+            let idx = _mm512_mullo_epi32(
+                _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                _mm512_set1_epi32(sz as i32),
+            );
+            let mask = ((1u32 << count) - 1) as u16;
+            // NOTE: reads 4 bytes at byte 2 of each block (inside the block); masked lanes
+            // read nothing.
+            let v = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, idx, p.add(2) as *const i32);
+            _mm512_cvtepi32_epi16(v)
+        } else {
+            // NOTE: a few blocks (the tail of a row) are cheaper one by one than gathered.
+            let mut h = _mm256_setzero_si256();
+            for j in 0..count {
+                let bits = (p.add(sz * j + 2) as *const u16).read_unaligned();
+                h = _mm256_mask_set1_epi16(h, 1 << j, bits as i16);
+            }
+            h
+        };
+        _mm512_cvtph_ps(h)
+    }
+}
+
+wide_fn! {
+    /// Adds the `m_w * s_a` terms of a row of `n` blocks with the mins / sums at byte 2 of
+    /// weight blocks of `wsz` bytes and activation blocks of `asz` bytes: lane `j` takes block
+    /// `16 c + j` for `c = 0, 1, ...`, one FMA per 16 blocks, as the packed Q4_1 tile does.
+    fn min_terms(acc: __m512, w: *const u8, wsz: usize, a: *const u8, asz: usize, n: usize) -> __m512 {
+        let mut acc = acc;
+        for c in 0..n.div_ceil(16) {
+            let count = (n - 16 * c).min(16);
+            let m = f16_at_2(w.add(16 * wsz * c), wsz, count);
+            let s = f16_at_2(a.add(16 * asz * c), asz, count);
+            acc = _mm512_fmadd_ps(m, s, acc);
+        }
+        acc
+    }
+}
+
+/// The second block of a pair at `p` of `$sz`-byte blocks: the next one, or `p` itself when
+/// the pair is a lone last block.
+macro_rules! second {
+    ($full:ident, $p:expr, $sz:expr) => {
+        if $full {
+            $p.add($sz)
+        } else {
+            $p
+        }
+    };
+}
+
+wide_fn! {
     fn q8_0_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
-        let sum = sum_pairs!(n, i => {
+        let acc = sum_pairs!(n, i, full => {
             let (wp, ap) = (w.add(34 * i), a.add(34 * i));
+            let (w1, a1) = (second!(full, wp, 34), second!(full, ap, 34));
             // NOTE: rows stream from DRAM for large matrices (the output projection); running
             // ahead of the hardware prefetcher keeps more lines in flight.
             _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(PREFETCH_AHEAD) as *const i8);
-            let x = load64(wp.add(2), wp.add(36));
-            let y = load64(ap.add(2), ap.add(36));
-            (scales2(dd(t, wp, ap), dd(t, wp.add(34), ap.add(34))), dot_i8(x, y))
+            let x = load64(wp.add(2), w1.add(2));
+            let y = load64(ap.add(2), a1.add(2));
+            (scales2(dd(t, wp, ap), dd(t, w1, a1)), dot_i8(x, y))
         });
-        let last = n / 2 * 2;
-        sum + super::q8_0_q8_0(w.add(34 * last), a.add(34 * last), n - last, t)
+        _mm512_reduce_add_ps(acc)
     }
 }
 
 wide_fn! {
     fn q4_0_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
-        let sum = sum_pairs!(n, i => {
+        let acc = sum_pairs!(n, i, full => {
             let (wp, ap) = (w.add(18 * i), a.add(34 * i));
-            let x = _mm512_sub_epi8(nibbles64(wp.add(2), wp.add(20)), _mm512_set1_epi8(8));
-            let y = load64(ap.add(2), ap.add(36));
-            (scales2(dd(t, wp, ap), dd(t, wp.add(18), ap.add(34))), dot_i8(x, y))
+            let (w1, a1) = (second!(full, wp, 18), second!(full, ap, 34));
+            let x = _mm512_sub_epi8(nibbles64(wp.add(2), w1.add(2)), _mm512_set1_epi8(8));
+            let y = load64(ap.add(2), a1.add(2));
+            (scales2(dd(t, wp, ap), dd(t, w1, a1)), dot_i8(x, y))
         });
-        let last = n / 2 * 2;
-        sum + super::q4_0_q8_0(w.add(18 * last), a.add(34 * last), n - last, t)
+        _mm512_reduce_add_ps(acc)
     }
 }
 
 wide_fn! {
     fn q5_0_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
-        let sum = sum_pairs!(n, i => {
+        let acc = sum_pairs!(n, i, full => {
             let (wp, ap) = (w.add(22 * i), a.add(34 * i));
+            let (w1, a1) = (second!(full, wp, 22), second!(full, ap, 34));
             // OR-ing 0xF0 where the high bit is clear gives q - 16 as i8 directly.
-            let hi = _mm512_andnot_si512(bits64(wp.add(2), wp.add(24)), _mm512_set1_epi8(0xF0u8 as i8));
-            let x = _mm512_or_si512(nibbles64(wp.add(6), wp.add(28)), hi);
-            let y = load64(ap.add(2), ap.add(36));
-            (scales2(dd(t, wp, ap), dd(t, wp.add(22), ap.add(34))), dot_i8(x, y))
+            let hi = _mm512_andnot_si512(bits64(wp.add(2), w1.add(2)), _mm512_set1_epi8(0xF0u8 as i8));
+            let x = _mm512_or_si512(nibbles64(wp.add(6), w1.add(6)), hi);
+            let y = load64(ap.add(2), a1.add(2));
+            (scales2(dd(t, wp, ap), dd(t, w1, a1)), dot_i8(x, y))
         });
-        let last = n / 2 * 2;
-        sum + super::q5_0_q8_0(w.add(22 * last), a.add(34 * last), n - last, t)
+        _mm512_reduce_add_ps(acc)
     }
 }
 
 wide_fn! {
     fn q4_1_q8_1(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
-        // m_w * s_a terms, summed in 8 lanes that all hold the same value.
-        let mut summs = _mm256_setzero_ps();
-        let sum = sum_pairs!(n, i => {
+        let acc = sum_pairs!(n, i, full => {
             let (wp, ap) = (w.add(20 * i), a.add(36 * i));
-            summs = _mm256_add_ps(summs, dd(t, wp.add(2), ap.add(2)));
-            summs = _mm256_add_ps(summs, dd(t, wp.add(22), ap.add(38)));
-            let x = nibbles64(wp.add(4), wp.add(24));
-            let y = load64(ap.add(4), ap.add(40));
+            let (w1, a1) = (second!(full, wp, 20), second!(full, ap, 36));
+            let x = nibbles64(wp.add(4), w1.add(4));
+            let y = load64(ap.add(4), a1.add(4));
             let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, y);
-            (scales2(dd(t, wp, ap), dd(t, wp.add(20), ap.add(36))), p)
+            (scales2(dd(t, wp, ap), dd(t, w1, a1)), p)
         });
-        let last = n / 2 * 2;
-        sum + _mm256_cvtss_f32(summs) + super::q4_1_q8_1(w.add(20 * last), a.add(36 * last), n - last, t)
+        _mm512_reduce_add_ps(min_terms(acc, w, 20, a, 36, n))
     }
 }
 
 wide_fn! {
     fn q5_1_q8_1(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
-        let mut summs = _mm256_setzero_ps();
-        let sum = sum_pairs!(n, i => {
+        let acc = sum_pairs!(n, i, full => {
             let (wp, ap) = (w.add(24 * i), a.add(36 * i));
-            summs = _mm256_add_ps(summs, dd(t, wp.add(2), ap.add(2)));
-            summs = _mm256_add_ps(summs, dd(t, wp.add(26), ap.add(38)));
-            let hi = _mm512_and_si512(bits64(wp.add(4), wp.add(28)), _mm512_set1_epi8(0x10));
-            let x = _mm512_or_si512(nibbles64(wp.add(8), wp.add(32)), hi);
-            let y = load64(ap.add(4), ap.add(40));
+            let (w1, a1) = (second!(full, wp, 24), second!(full, ap, 36));
+            let hi = _mm512_and_si512(bits64(wp.add(4), w1.add(4)), _mm512_set1_epi8(0x10));
+            let x = _mm512_or_si512(nibbles64(wp.add(8), w1.add(8)), hi);
+            let y = load64(ap.add(4), a1.add(4));
             let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, y);
-            (scales2(dd(t, wp, ap), dd(t, wp.add(24), ap.add(36))), p)
+            (scales2(dd(t, wp, ap), dd(t, w1, a1)), p)
         });
-        let last = n / 2 * 2;
-        sum + _mm256_cvtss_f32(summs) + super::q5_1_q8_1(w.add(24 * last), a.add(36 * last), n - last, t)
+        _mm512_reduce_add_ps(min_terms(acc, w, 24, a, 36, n))
     }
 }
 
 /// Defines a kernel of one weight row against 4 activation rows of signed Q8_0 blocks, for a
-/// signed weight type: the weight pair is unpacked once (`|wp| i8 lanes`) and reused
-/// for each token. Prefill runs this; decode runs the one-row kernels above.
+/// signed weight type: the weight pair is unpacked once (`|wp, w1| i8 lanes`, `w1` the pair's
+/// second block) and reused for each token. Per token the float operations are those of the
+/// one-row kernels (see `sum_pairs!`), so the results are bit-identical to them.
 macro_rules! signed_x4 {
-    ($name:ident, $one:ident, $wsz:expr, |$wp:ident| $unpack:expr) => {
+    ($name:ident, $wsz:expr, |$wp:ident, $w1:ident| $unpack:expr) => {
         wide_fn! {
             fn $name(w: *const u8, a: [*const u8; 4], n: usize, t: &[f32; 65536]) -> [f32; 4] {
                 let zero = _mm512_setzero_si512();
                 let mut acc = [_mm512_setzero_ps(); 4];
                 let mut i = 0usize;
-                while i + 2 <= n {
+                while i < n {
+                    let full = i + 1 < n;
                     let $wp = w.add($wsz * i);
+                    let $w1 = second!(full, $wp, $wsz);
                     let x: __m512i = $unpack;
                     let (ax, neg) = (_mm512_abs_epi8(x), _mm512_movepi8_mask(x));
-                    let dw = scales2(bcast_f16(t, $wp), bcast_f16(t, $wp.add($wsz)));
+                    let dw = scales2(bcast_f16(t, $wp), bcast_f16(t, $w1));
                     for (acc, ap) in acc.iter_mut().zip(a) {
                         let ap = ap.add(34 * i);
-                        let y = load64(ap.add(2), ap.add(36));
+                        let a1 = second!(full, ap, 34);
+                        let y = load64(ap.add(2), a1.add(2));
                         let y = _mm512_mask_sub_epi8(y, neg, zero, y);
                         let p = _mm512_dpbusd_epi32(zero, ax, y);
-                        let d = _mm512_mul_ps(dw, scales2(bcast_f16(t, ap), bcast_f16(t, ap.add(34))));
+                        let d = _mm512_mul_ps(dw, scales2(bcast_f16(t, ap), bcast_f16(t, a1)));
+                        let d = if full { d } else { _mm512_maskz_mov_ps(0x00FF, d) };
                         *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), *acc);
                     }
                     i += 2;
                 }
-                let mut out = [0f32; 4];
-                for k in 0..4 {
-                    out[k] = _mm512_reduce_add_ps(acc[k])
-                        + super::$one(w.add($wsz * i), a[k].add(34 * i), n - i, t);
-                }
-                out
+                acc.map(|v| _mm512_reduce_add_ps(v))
             }
         }
     };
 }
 
-signed_x4!(q8_0_x4, q8_0_q8_0, 34, |wp| load64(wp.add(2), wp.add(36)));
-signed_x4!(q4_0_x4, q4_0_q8_0, 18, |wp| {
-    _mm512_sub_epi8(nibbles64(wp.add(2), wp.add(20)), _mm512_set1_epi8(8))
+signed_x4!(q8_0_x4, 34, |wp, w1| load64(wp.add(2), w1.add(2)));
+signed_x4!(q4_0_x4, 18, |wp, w1| {
+    _mm512_sub_epi8(nibbles64(wp.add(2), w1.add(2)), _mm512_set1_epi8(8))
 });
-signed_x4!(q5_0_x4, q5_0_q8_0, 22, |wp| {
-    let hi = _mm512_andnot_si512(
-        bits64(wp.add(2), wp.add(24)),
-        _mm512_set1_epi8(0xF0u8 as i8),
-    );
-    _mm512_or_si512(nibbles64(wp.add(6), wp.add(28)), hi)
+signed_x4!(q5_0_x4, 22, |wp, w1| {
+    let hi = _mm512_andnot_si512(bits64(wp.add(2), w1.add(2)), _mm512_set1_epi8(0xF0u8 as i8));
+    _mm512_or_si512(nibbles64(wp.add(6), w1.add(6)), hi)
 });
 
 wide_fn! {
@@ -229,30 +280,24 @@ wide_fn! {
     fn q4_1_x4(w: *const u8, a: [*const u8; 4], n: usize, t: &[f32; 65536]) -> [f32; 4] {
         let zero = _mm512_setzero_si512();
         let mut acc = [_mm512_setzero_ps(); 4];
-        let mut summs = [_mm256_setzero_ps(); 4];
         let mut i = 0usize;
-        while i + 2 <= n {
+        while i < n {
+            let full = i + 1 < n;
             let wp = w.add(20 * i);
-            let x = nibbles64(wp.add(4), wp.add(24));
-            let dw = scales2(bcast_f16(t, wp), bcast_f16(t, wp.add(20)));
-            let (m0, m1) = (bcast_f16(t, wp.add(2)), bcast_f16(t, wp.add(22)));
+            let w1 = second!(full, wp, 20);
+            let x = nibbles64(wp.add(4), w1.add(4));
+            let dw = scales2(bcast_f16(t, wp), bcast_f16(t, w1));
             for k in 0..4 {
                 let ap = a[k].add(36 * i);
-                summs[k] = _mm256_fmadd_ps(m0, bcast_f16(t, ap.add(2)), summs[k]);
-                summs[k] = _mm256_fmadd_ps(m1, bcast_f16(t, ap.add(38)), summs[k]);
-                let p = _mm512_dpbusd_epi32(zero, x, load64(ap.add(4), ap.add(40)));
-                let d = _mm512_mul_ps(dw, scales2(bcast_f16(t, ap), bcast_f16(t, ap.add(36))));
+                let a1 = second!(full, ap, 36);
+                let p = _mm512_dpbusd_epi32(zero, x, load64(ap.add(4), a1.add(4)));
+                let d = _mm512_mul_ps(dw, scales2(bcast_f16(t, ap), bcast_f16(t, a1)));
+                let d = if full { d } else { _mm512_maskz_mov_ps(0x00FF, d) };
                 acc[k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc[k]);
             }
             i += 2;
         }
-        let mut out = [0f32; 4];
-        for k in 0..4 {
-            out[k] = _mm512_reduce_add_ps(acc[k])
-                + _mm256_cvtss_f32(summs[k])
-                + super::q4_1_q8_1(w.add(20 * i), a[k].add(36 * i), n - i, t);
-        }
-        out
+        std::array::from_fn(|k| _mm512_reduce_add_ps(min_terms(acc[k], w, 20, a[k], 36, n)))
     }
 }
 
