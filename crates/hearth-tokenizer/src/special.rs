@@ -10,6 +10,8 @@
 use aho_corasick::AhoCorasick;
 use std::ops::Range;
 
+use crate::TokenizerError;
+
 /// A piece of input after partitioning.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fragment {
@@ -42,26 +44,26 @@ pub struct SpecialMatcher {
 }
 
 impl SpecialMatcher {
-    /// Builds the matcher; `tokens` pairs each special token with its text.
-    pub fn new(mut tokens: Vec<(SpecialToken, String)>) -> SpecialMatcher {
+    /// Builds the matcher; `tokens` pairs each special token with its text. Fails only when
+    /// the texts are too large for the automaton (a hostile vocabulary).
+    pub fn new(mut tokens: Vec<(SpecialToken, String)>) -> Result<SpecialMatcher, TokenizerError> {
         // NOTE: llama.cpp sorts by length only (unstable); ties are broken by id here.
         tokens.sort_by(|(a, at), (b, bt)| bt.len().cmp(&at.len()).then(a.id.cmp(&b.id)));
         tokens.retain(|(_, text)| !text.is_empty());
         let finder = if tokens.is_empty() {
             None
         } else {
-            // Plain string patterns always build.
             Some(
                 AhoCorasick::new(tokens.iter().map(|(_, t)| t.as_str()))
-                    .expect("special token automaton builds"),
+                    .map_err(|e| TokenizerError::InvalidVocab(format!("special tokens: {e}")))?,
             )
         };
         let (tokens, texts) = tokens.into_iter().unzip();
-        SpecialMatcher {
+        Ok(SpecialMatcher {
             tokens,
             texts,
             finder,
-        }
+        })
     }
 
     /// Splits `text` into fragments.
@@ -151,7 +153,8 @@ mod tests {
         let matcher = SpecialMatcher::new(vec![
             (token(1, true), "AB".to_string()),
             (token(2, true), "BCD".to_string()),
-        ]);
+        ])
+        .unwrap();
         // llama.cpp cuts "BCD" first, so "AB" no longer occurs.
         assert_eq!(
             matcher.partition("xABCDy", true),
@@ -169,7 +172,8 @@ mod tests {
         let matcher = SpecialMatcher::new(vec![
             (token(7, false), "\n\n".to_string()),
             (token(8, true), "<eos>".to_string()),
-        ]);
+        ])
+        .unwrap();
         assert_eq!(
             matcher.partition("a\n\n<eos>\n\n", false),
             [
@@ -186,7 +190,7 @@ mod tests {
         let mut t = token(3, true);
         t.lstrip = true;
         t.rstrip = true;
-        let matcher = SpecialMatcher::new(vec![(t, "<m>".to_string())]);
+        let matcher = SpecialMatcher::new(vec![(t, "<m>".to_string())]).unwrap();
         assert_eq!(
             matcher.partition("a  <m> \n b", true),
             [

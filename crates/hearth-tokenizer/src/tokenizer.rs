@@ -132,7 +132,7 @@ impl Tokenizer {
         };
         let is_bpe = matches!(algorithm, Algorithm::Bpe(_));
         let (pieces, offsets) = build_pieces(&tokens, &types, is_bpe);
-        let special = build_special_matcher(&tokens, &types, &spec.model_name, &pre_name);
+        let special = build_special_matcher(&tokens, &types, &spec.model_name, &pre_name)?;
         Ok(Tokenizer {
             algorithm,
             scores: if spec.scores.is_empty() {
@@ -414,7 +414,7 @@ fn build_special_matcher(
     types: &[TokenType],
     model_name: &str,
     pre: &str,
-) -> SpecialMatcher {
+) -> Result<SpecialMatcher, TokenizerError> {
     let special = tokens
         .iter()
         .zip(types)
