@@ -216,17 +216,25 @@ wide_fn! {
 }
 
 wide_fn! {
+    /// NOTE: Q5_1 has no packed tile or multi-token kernel, so this is its only path in
+    /// `matmul`; its min terms stay in the cheaper per-block sum (8 equal lanes) instead of
+    /// [`min_terms`]. A Q5_1 tile would have to add them in this order.
     fn q5_1_q8_1(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
+        let mut summs = _mm256_setzero_ps();
         let acc = sum_pairs!(n, i, full => {
             let (wp, ap) = (w.add(24 * i), a.add(36 * i));
             let (w1, a1) = (second!(full, wp, 24), second!(full, ap, 36));
+            summs = _mm256_add_ps(summs, dd(t, wp.add(2), ap.add(2)));
+            if full {
+                summs = _mm256_add_ps(summs, dd(t, w1.add(2), a1.add(2)));
+            }
             let hi = _mm512_and_si512(bits64(wp.add(4), w1.add(4)), _mm512_set1_epi8(0x10));
             let x = _mm512_or_si512(nibbles64(wp.add(8), w1.add(8)), hi);
             let y = load64(ap.add(4), a1.add(4));
             let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, y);
             (scales2(dd(t, wp, ap), dd(t, w1, a1)), p)
         });
-        _mm512_reduce_add_ps(min_terms(acc, w, 24, a, 36, n))
+        _mm512_reduce_add_ps(acc) + _mm256_cvtss_f32(summs)
     }
 }
 
