@@ -87,3 +87,13 @@ fn tiny_qwen3_f16_batched_equals_alone() {
 fn tiny_qwen3_q8_0_batched_equals_alone() {
     check("tiny-qwen3-q8_0.gguf", 0.0);
 }
+
+#[test]
+fn smollm2_batched_equals_alone() {
+    check("SmolLM2-135M-Instruct.Q4_1.gguf", 0.0);
+}
+
+#[test]
+fn gemma3_batched_equals_alone() {
+    check("gemma-3-270m-q4_k_m.gguf", 0.0);
+}
