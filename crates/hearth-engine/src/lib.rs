@@ -8,6 +8,7 @@ mod batch_step;
 mod engine;
 mod error;
 mod generate;
+pub mod scheduler;
 mod sequence;
 
 pub use batch_step::SeqStep;
