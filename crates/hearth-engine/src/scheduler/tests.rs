@@ -242,7 +242,12 @@ fn preempted_request_recomputes_and_generates_the_same_tokens() {
     s.add(2, vec![9, 8, 7, 6], 6).unwrap();
     let mut preempted = Vec::new();
     let mut done = HashMap::new();
-    for _ in 0..40 {
+    for step_no in 0..40 {
+        if step_no == 1 {
+            // Arrives while 1 and 2 hold the pool: it must not jump ahead of a preempted one.
+            s.add(3, vec![4, 4], 1).unwrap();
+        }
+        let running_before = s.running.clone();
         let before: HashMap<_, _> = s
             .requests
             .iter()
@@ -252,6 +257,7 @@ fn preempted_request_recomputes_and_generates_the_same_tokens() {
         if !plan.preempted.is_empty() {
             assert!(plan.seqs.iter().all(|q| !plan.preempted.contains(&q.id)));
             assert_eq!(s.waiting.front(), plan.preempted.last());
+            assert!(plan.seqs.iter().all(|q| running_before.contains(&q.id)));
         }
         preempted.extend(plan.preempted);
         for (id, _) in fin {
@@ -267,6 +273,7 @@ fn preempted_request_recomputes_and_generates_the_same_tokens() {
     );
     assert_eq!(done[&1], reference(&[1, 2, 3, 4], 6, never));
     assert_eq!(done[&2], reference(&[9, 8, 7, 6], 6, never));
+    assert_eq!(done[&3], reference(&[4, 4], 1, never));
     assert_eq!(s.pool().n_free(), 6);
 }
 
@@ -431,6 +438,7 @@ fn random_workloads_keep_invariants_and_finish() {
                     expected.remove(&victim);
                 }
             }
+            let running_before = s.running.clone();
             let live: HashMap<_, _> = s
                 .requests
                 .iter()
@@ -456,6 +464,13 @@ fn random_workloads_keep_invariants_and_finish() {
                 );
             }
             check_pool(&s);
+            if !plan.preempted.is_empty() {
+                // No admissions in a step that had to preempt.
+                assert!(plan
+                    .seqs
+                    .iter()
+                    .all(|q| running_before.contains(&q.id) && !plan.preempted.contains(&q.id)));
+            }
             n_preempted += plan.preempted.len();
             n_cached += plan
                 .seqs
