@@ -500,3 +500,26 @@ fn random_workloads_keep_invariants_and_finish() {
     assert!(n_preempted > 100, "only {n_preempted} preemptions");
     assert!(n_cached > 100, "only {n_cached} cached tokens");
 }
+
+#[test]
+fn planning_twice_without_update_reserves_nothing_twice() {
+    let mut s = scheduler(16, 4, 6, 4);
+    let mut kv = FakeKv::new(&s);
+    s.add(1, (0..9).collect(), 3).unwrap();
+    s.add(2, vec![7; 3], 3).unwrap();
+    let first = s.schedule();
+    let free = s.pool().n_free();
+    let second = s.schedule();
+    assert_eq!(first, second);
+    assert_eq!(s.pool().n_free(), free);
+    // Only one of the two identical plans may advance the requests.
+    for seq in &second.seqs {
+        assert!(!seq.sample);
+        kv.run(seq, s.tokens(seq.id).unwrap());
+    }
+    assert_eq!(s.update(&second, &[]), vec![]);
+    assert_eq!(s.update(&first, &[]), vec![]);
+    let done = drain(&mut s, &mut kv, 20);
+    assert_eq!(done[&1], reference(&(0..9).collect::<Vec<_>>(), 3, never));
+    assert_eq!(done[&2], reference(&[7; 3], 3, never));
+}
