@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-models.sh smollm2 gemma3 >/dev/null
+scripts/setup-test-clients.sh
 cargo test --workspace --locked --no-fail-fast "$@"

@@ -23,6 +23,8 @@ enum Command {
     Show(cmd::show::ShowArgs),
     /// Measure load time, prompt processing and generation speed
     Bench(cmd::bench::BenchArgs),
+    /// Serve models over OpenAI- and Ollama-compatible HTTP APIs
+    Serve(cmd::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Show(a) => cmd::show::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

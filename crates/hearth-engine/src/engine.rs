@@ -8,6 +8,8 @@ use hearth_kv::BlockPool;
 use hearth_models::DecoderModel;
 use hearth_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 
+use crate::PromptBuilder;
+
 use crate::{EngineError, SeqStep, Sequence};
 
 /// Tokens per KV block.
@@ -16,8 +18,12 @@ pub const BLOCK_SIZE: usize = 32;
 /// How to load a model.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
-    /// Context size in tokens (0 = min(4096, the model's training context)).
+    /// Context size in tokens: the longest one sequence may grow
+    /// (0 = min(4096, the model's training context)).
     pub n_ctx: usize,
+    /// KV cache size in tokens, shared by all sequences (0 = `n_ctx`). A server running many
+    /// sequences at once wants several contexts' worth.
+    pub n_kv_tokens: usize,
     /// CPU threads (0 = all cores).
     pub n_threads: usize,
     /// Most tokens one forward step takes; longer prompts are fed in chunks.
@@ -30,6 +36,7 @@ impl Default for EngineOptions {
     fn default() -> Self {
         Self {
             n_ctx: 0,
+            n_kv_tokens: 0,
             n_threads: 0,
             n_batch: 512,
             template: None,
@@ -46,6 +53,8 @@ pub struct ModelInfo {
     pub weight_bytes: u64,
     pub n_ctx: usize,
     pub n_ctx_train: usize,
+    /// Token slots in the KV cache, over all sequences.
+    pub n_kv_tokens: usize,
     pub kv_bytes: u64,
     pub backend: String,
     /// CPU threads the backend runs on.
@@ -60,7 +69,7 @@ pub struct Engine {
     pub(crate) cache: <CpuBackend as Backend>::KvCache,
     pub(crate) pool: BlockPool,
     pub tokenizer: Arc<Tokenizer>,
-    template: Option<ChatTemplate>,
+    prompt: PromptBuilder,
     file: Arc<GgufFile>,
     info: ModelInfo,
     n_batch: usize,
@@ -99,7 +108,11 @@ impl Engine {
                 "the batch size must be positive".into(),
             ));
         }
-        let n_blocks = n_ctx.div_ceil(BLOCK_SIZE);
+        let n_kv_tokens = match opts.n_kv_tokens {
+            0 => n_ctx,
+            n => n.max(n_ctx),
+        };
+        let n_blocks = n_kv_tokens.div_ceil(BLOCK_SIZE);
         let kv_spec = KvSpec {
             kv_dims: vec![config.kv_dim(); config.n_layers],
             n_blocks,
@@ -118,18 +131,20 @@ impl Engine {
             weight_bytes: file.tensors().iter().map(|t| t.n_bytes).sum(),
             n_ctx,
             n_ctx_train: model.config.n_ctx_train,
+            n_kv_tokens: n_blocks * BLOCK_SIZE,
             kv_bytes: kv_spec.bytes_f16(),
             backend: backend.name(),
             n_threads: backend.n_threads(),
             load_time: start.elapsed(),
         };
+        let tokenizer = Arc::new(tokenizer);
         Ok(Self {
             backend,
             model,
             cache,
             pool: BlockPool::new(n_blocks, BLOCK_SIZE),
-            tokenizer: Arc::new(tokenizer),
-            template,
+            prompt: PromptBuilder::new(tokenizer.clone(), template),
+            tokenizer,
             file,
             info,
             n_batch: opts.n_batch,
@@ -152,26 +167,14 @@ impl Engine {
         self.model.config.n_vocab
     }
 
-    /// Render a conversation with the chat template and tokenize it (special tokens parsed;
-    /// BOS added as the model's metadata asks, unless the template already wrote it).
+    /// Render a conversation with the chat template and tokenize it.
     pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, EngineError> {
-        let template = self.template.as_ref().ok_or_else(|| {
-            EngineError::Invalid(
-                "the model has no chat template: pass --template chatml|llama3|gemma|mistral, or --raw"
-                    .into(),
-            )
-        })?;
-        let text = template
-            .render(
-                messages,
-                true,
-                self.tokenizer.bos_text(),
-                self.tokenizer.eos_text(),
-            )
-            .map_err(EngineError::Template)?;
-        self.tokenizer
-            .encode_prompt(&text, true)
-            .map_err(EngineError::Template)
+        self.prompt.chat(messages)
+    }
+
+    /// The tokenizer and chat template, to build prompts on other threads.
+    pub fn prompt_builder(&self) -> PromptBuilder {
+        self.prompt.clone()
     }
 
     /// Bring `seq` to exactly `tokens`: keep the longest prefix already in its cache, run the

@@ -8,6 +8,8 @@ mod batch_step;
 mod engine;
 mod error;
 mod generate;
+mod plan_step;
+mod prompt;
 pub mod scheduler;
 mod sequence;
 
@@ -15,4 +17,5 @@ pub use batch_step::SeqStep;
 pub use engine::{Engine, EngineOptions, ModelInfo};
 pub use error::EngineError;
 pub use generate::{FinishReason, GenerationReport};
+pub use prompt::PromptBuilder;
 pub use sequence::Sequence;

@@ -26,7 +26,7 @@ pub use error::TokenizerError;
 /// (aHash is still randomly seeded).
 pub(crate) type TokenMap = std::collections::HashMap<String, u32, ahash::RandomState>;
 pub use spec::{TokenType, VocabModel, VocabSpec};
-pub use stream::StreamDecoder;
+pub use stream::{StreamDecoder, Utf8Assembler};
 pub use template::{ChatMessage, ChatTemplate};
 pub use tokenizer::Tokenizer;
 

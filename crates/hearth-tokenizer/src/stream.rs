@@ -11,7 +11,7 @@ use crate::Tokenizer;
 #[derive(Debug)]
 pub struct StreamDecoder<'t> {
     tokenizer: &'t Tokenizer,
-    pending: Vec<u8>,
+    text: Utf8Assembler,
 }
 
 impl<'t> StreamDecoder<'t> {
@@ -19,14 +19,38 @@ impl<'t> StreamDecoder<'t> {
     pub fn new(tokenizer: &'t Tokenizer) -> StreamDecoder<'t> {
         StreamDecoder {
             tokenizer,
-            pending: Vec::new(),
+            text: Utf8Assembler::default(),
         }
     }
 
     /// Adds one token; returns the text that became complete (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
-        self.pending
-            .extend_from_slice(self.tokenizer.token_bytes(id));
+        self.text.push(self.tokenizer.token_bytes(id))
+    }
+
+    /// Flushes what is pending (an incomplete character becomes U+FFFD).
+    pub fn finish(&mut self) -> String {
+        self.text.finish()
+    }
+
+    /// Bytes held back, waiting for the rest of a character.
+    pub fn pending_len(&self) -> usize {
+        self.text.pending_len()
+    }
+}
+
+/// Assembles UTF-8 text from byte pieces, holding an incomplete trailing character until its
+/// remaining bytes arrive. [`StreamDecoder`] without the tokenizer borrow, for owners that
+/// keep the tokenizer elsewhere (one per server request).
+#[derive(Debug, Default, Clone)]
+pub struct Utf8Assembler {
+    pending: Vec<u8>,
+}
+
+impl Utf8Assembler {
+    /// Adds bytes; returns the text that became complete (possibly empty).
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
         let mut out = String::new();
         let mut rest: &[u8] = &self.pending;
         loop {

@@ -1,5 +1,6 @@
 pub mod bench;
 pub mod run;
+pub mod serve;
 pub mod show;
 pub mod tokenize;
 

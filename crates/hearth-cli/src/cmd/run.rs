@@ -53,6 +53,7 @@ impl LoadArgs {
     pub fn options(&self, template: Option<String>) -> EngineOptions {
         EngineOptions {
             n_ctx: self.ctx_size,
+            n_kv_tokens: 0,
             n_threads: self.threads,
             n_batch: self.batch_size,
             template,

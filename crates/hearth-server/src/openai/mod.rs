@@ -1,0 +1,9 @@
+//! Placeholder routes (filled in next).
+
+use axum::Router;
+
+use crate::app::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+}

@@ -1,0 +1,211 @@
+//! The runner thread's loop: take new requests, plan a step, run it, sample, send.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::Instant;
+
+use hearth_engine::scheduler::{self, RequestId, Scheduler, StepPlan};
+use hearth_engine::Engine;
+use hearth_sampler::Sampler;
+
+use super::active::Active;
+use super::{Command, Finish};
+use crate::metrics::{EngineGauges, Metrics};
+
+pub(super) struct EngineLoop {
+    model: String,
+    engine: Engine,
+    scheduler: Scheduler,
+    metrics: Arc<Metrics>,
+    active: HashMap<RequestId, Active>,
+    next_id: RequestId,
+}
+
+impl EngineLoop {
+    pub fn new(model: String, engine: Engine, scheduler: Scheduler, metrics: Arc<Metrics>) -> Self {
+        Self {
+            model,
+            engine,
+            scheduler,
+            metrics,
+            active: HashMap::new(),
+            next_id: 0,
+        }
+    }
+
+    /// Runs until every command sender is gone and no request is left.
+    pub fn run(mut self, commands: Receiver<Command>) {
+        self.publish_gauges();
+        loop {
+            if self.active.is_empty() {
+                // Idle: sleep until a request arrives.
+                match commands.recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(_) => break,
+                }
+            }
+            loop {
+                match commands.try_recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => break,
+                }
+            }
+            self.drop_cancelled();
+            if !self.active.is_empty() {
+                self.step();
+            }
+            self.publish_gauges();
+        }
+        self.metrics.remove_engine(&self.model);
+        tracing::debug!(model = %self.model, "runner stopped");
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit { request, events } => {
+                let id = self.next_id;
+                self.next_id += 1;
+                let sampler = match Sampler::new(request.params.clone()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = events.send(super::Event::Error(e.to_string()));
+                        return;
+                    }
+                };
+                let active = Active::new(&request, sampler, events);
+                match self.scheduler.add(id, request.prompt, request.max_tokens) {
+                    Ok(()) => {
+                        self.active.insert(id, active);
+                    }
+                    Err(e) => active.fail(e.to_string()),
+                }
+            }
+        }
+    }
+
+    /// Ends requests whose client has gone away, returning their blocks to the pool.
+    fn drop_cancelled(&mut self) {
+        let gone: Vec<RequestId> = self
+            .active
+            .iter()
+            .filter(|(_, a)| a.is_cancelled())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            self.scheduler.abort(id);
+            self.active.remove(&id);
+            self.metrics.cancelled.fetch_add(1, Relaxed);
+            tracing::info!(model = %self.model, request = id, "client went away; request cancelled");
+        }
+    }
+
+    /// One engine step: plan, forward, sample, update, send.
+    fn step(&mut self) {
+        let plan = self.scheduler.schedule();
+        self.metrics
+            .preemptions
+            .fetch_add(plan.preempted.len() as u64, Relaxed);
+        if plan.seqs.is_empty() {
+            return;
+        }
+        self.note_first_scheduled(&plan);
+        let logits = match self.engine.run_plan(&plan) {
+            Ok(l) => l,
+            Err(e) => return self.fail_plan(&plan, &e.to_string()),
+        };
+        let tokenizer = self.engine.tokenizer.clone();
+        let mut sampled = Vec::with_capacity(logits.len());
+        for (id, row) in &logits {
+            let (Some(active), Some(history)) =
+                (self.active.get_mut(id), self.scheduler.tokens(*id))
+            else {
+                continue;
+            };
+            let s = active.sample(&tokenizer, row, history);
+            if let Some(d) = s.inter_token {
+                self.metrics.inter_token.observe(d);
+            } else {
+                self.metrics.ttft.observe(active.age());
+            }
+            sampled.push((*id, s.token, s.stop));
+        }
+        let finished = self.scheduler.update(&plan, &sampled);
+        for &(id, _, _) in &sampled {
+            let still_running = !finished.iter().any(|f| f.0 == id);
+            if still_running {
+                if let Some(active) = self.active.get_mut(&id) {
+                    // A failed send means the client is gone; dropped before the next step.
+                    active.flush();
+                }
+            }
+        }
+        for (id, reason) in finished {
+            let Some(active) = self.active.remove(&id) else {
+                continue;
+            };
+            let by_string = sampled
+                .iter()
+                .any(|&(s, token, stop)| s == id && stop && !tokenizer.is_eog(token));
+            let finish = match reason {
+                scheduler::FinishReason::Length => Finish::Length,
+                _ => Finish::Stop,
+            };
+            let summary = active.finish(finish, by_string);
+            self.metrics
+                .prompt_tokens
+                .fetch_add(summary.n_prompt as u64, Relaxed);
+            self.metrics
+                .generated_tokens
+                .fetch_add(summary.n_generated as u64, Relaxed);
+        }
+    }
+
+    /// Records, for requests running for the first time, when they started and what the
+    /// prefix cache gave them.
+    fn note_first_scheduled(&mut self, plan: &StepPlan) {
+        let now = Instant::now();
+        for seq in &plan.seqs {
+            let Some(active) = self.active.get_mut(&seq.id) else {
+                continue;
+            };
+            if active.first_scheduled.is_none() {
+                active.first_scheduled = Some(now);
+                let cached = self.scheduler.cached_tokens(seq.id).unwrap_or(0);
+                active.n_cached = cached;
+                if cached > 0 {
+                    self.metrics.prefix_cache_hits.fetch_add(1, Relaxed);
+                    self.metrics
+                        .prefix_cache_hit_tokens
+                        .fetch_add(cached as u64, Relaxed);
+                }
+            }
+        }
+    }
+
+    /// A forward pass failed: the requests in it end with the error; others go on.
+    fn fail_plan(&mut self, plan: &StepPlan, message: &str) {
+        tracing::error!(model = %self.model, error = message, "engine step failed");
+        for seq in &plan.seqs {
+            self.scheduler.abort(seq.id);
+            if let Some(active) = self.active.remove(&seq.id) {
+                active.fail(format!("the engine failed: {message}"));
+            }
+        }
+    }
+
+    fn publish_gauges(&self) {
+        let pool = self.scheduler.pool();
+        self.metrics.set_engine(
+            &self.model,
+            EngineGauges {
+                waiting: self.scheduler.n_waiting(),
+                running: self.scheduler.n_running(),
+                kv_blocks_used: pool.n_blocks() - pool.n_free(),
+                kv_blocks_free: pool.n_free(),
+            },
+        );
+    }
+}
