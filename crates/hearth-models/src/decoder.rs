@@ -99,7 +99,9 @@ impl<B: Backend> DecoderModel<B> {
                 self.config.n_vocab
             )));
         }
-        if batch.tokens.is_empty() || batch.logits_rows.is_empty() {
+        // NOTE: a batch that wants no logits (a prompt chunk that does not reach its end)
+        // still runs: its keys and values must reach the cache.
+        if batch.tokens.is_empty() {
             return Ok(Vec::new());
         }
         backend.run(|| self.forward_on(backend, batch, cache, block_size))
@@ -129,6 +131,9 @@ impl<B: Backend> DecoderModel<B> {
             if il + 1 == self.layers.len() {
                 // NOTE: after the last attention only the rows whose logits are wanted matter
                 // (one per sequence in decode), so the last FFN runs on those alone.
+                if batch.logits_rows.is_empty() {
+                    return Ok(Vec::new());
+                }
                 attn = be.gather_rows(&attn, batch.logits_rows);
                 x = be.gather_rows(&x, batch.logits_rows);
             }
