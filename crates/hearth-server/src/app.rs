@@ -47,6 +47,7 @@ pub fn router(state: AppState, api_key: Option<String>) -> Router {
         .merge(crate::openai::routes())
         .merge(crate::ollama::routes())
         .route("/metrics", get(metrics))
+        .fallback(no_route)
         .layer(middleware::from_fn_with_state(api_key, require_api_key))
         // NOTE: health stays reachable without the key, for load balancers and probes.
         .route("/health", get(health))
@@ -66,6 +67,19 @@ async fn health(State(state): State<AppState>) -> Response {
             Json(serde_json::json!({"status": "loading model"})),
         )
             .into_response()
+    }
+}
+
+/// 404 for paths no route serves, in the shape of the API the path belongs to.
+async fn no_route(req: Request) -> Response {
+    let err = ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no route for {} {}", req.method(), req.uri().path()),
+    );
+    if req.uri().path().starts_with("/api/") {
+        err.into_ollama()
+    } else {
+        err.into_openai()
     }
 }
 

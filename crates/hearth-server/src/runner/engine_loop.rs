@@ -54,8 +54,14 @@ impl EngineLoop {
                 }
             }
             self.drop_cancelled();
-            if !self.active.is_empty() {
-                self.step();
+            if !self.active.is_empty() && !self.step() {
+                // NOTE: nothing could be scheduled (cannot happen while the scheduler admits
+                // only requests that fit the pool); wait for news rather than spin.
+                match commands.recv_timeout(std::time::Duration::from_millis(10)) {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {}
+                }
             }
             self.publish_gauges();
         }
@@ -102,19 +108,22 @@ impl EngineLoop {
         }
     }
 
-    /// One engine step: plan, forward, sample, update, send.
-    fn step(&mut self) {
+    /// One engine step: plan, forward, sample, update, send. Returns whether anything ran.
+    fn step(&mut self) -> bool {
         let plan = self.scheduler.schedule();
         self.metrics
             .preemptions
             .fetch_add(plan.preempted.len() as u64, Relaxed);
         if plan.seqs.is_empty() {
-            return;
+            return false;
         }
         self.note_first_scheduled(&plan);
         let logits = match self.engine.run_plan(&plan) {
             Ok(l) => l,
-            Err(e) => return self.fail_plan(&plan, &e.to_string()),
+            Err(e) => {
+                self.fail_plan(&plan, &e.to_string());
+                return true;
+            }
         };
         let tokenizer = self.engine.tokenizer.clone();
         let mut sampled = Vec::with_capacity(logits.len());
@@ -161,6 +170,7 @@ impl EngineLoop {
                 .generated_tokens
                 .fetch_add(summary.n_generated as u64, Relaxed);
         }
+        true
     }
 
     /// Records, for requests running for the first time, when they started and what the

@@ -1,0 +1,245 @@
+//! The server under concurrency: continuous batching must not change anyone's text, a client
+//! that goes away frees its KV blocks, several models serve side by side, idle models unload.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+use common::{gemma3, smollm2, TestServer};
+use serde_json::{json, Value};
+
+const QUESTIONS: [&str; 16] = [
+    "What is the capital of France?",
+    "Name three colors.",
+    "Why is the sky blue?",
+    "Write a haiku about snow.",
+    "What is 2 + 2?",
+    "Tell me a joke about cats.",
+    "How do birds fly?",
+    "List three fruits.",
+    "What is Rust?",
+    "Describe the moon in one sentence.",
+    "What does a baker do?",
+    "Say hello in Spanish.",
+    "Why do leaves fall?",
+    "What is the tallest animal?",
+    "How many legs does a spider have?",
+    "Give me a word that rhymes with cat.",
+];
+
+fn chat_body(question: &str, stream: bool, max_tokens: u32) -> Value {
+    json!({
+        "model": "smol",
+        "messages": [{"role": "user", "content": question}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": stream,
+    })
+}
+
+/// A streaming chat completion's text, read event by event.
+fn stream_text(base: &str, question: &str) -> String {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let r = client
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&chat_body(question, true, 24))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut text = String::new();
+    for line in BufReader::new(r).lines() {
+        let line = line.unwrap();
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            break;
+        }
+        let chunk: Value = serde_json::from_str(data).unwrap();
+        if let Some(piece) = chunk["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(piece);
+        }
+    }
+    text
+}
+
+fn solo_text(server: &TestServer, question: &str) -> String {
+    let r: Value = reqwest::blocking::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .json(&chat_body(question, false, 24))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    r["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn sixteen_concurrent_streaming_clients_get_their_solo_text() {
+    let model = format!("smol={}", smollm2().display());
+    // A small step budget: prompts are split into chunks that share steps with decodes.
+    let server = TestServer::start(&[
+        "--model",
+        &model,
+        "--max-seqs",
+        "16",
+        "--max-batch-tokens",
+        "48",
+    ]);
+    let solo: Vec<String> = QUESTIONS.iter().map(|q| solo_text(&server, q)).collect();
+    let together: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = QUESTIONS
+            .iter()
+            .map(|q| {
+                let base = server.base.clone();
+                s.spawn(move || stream_text(&base, q))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for ((q, a), b) in QUESTIONS.iter().zip(&solo).zip(&together) {
+        assert!(!a.is_empty(), "{q}: empty reply");
+        assert_eq!(a, b, "{q}: the reply alone and among 16 differ");
+    }
+}
+
+/// Polls `cond` for up to a minute (the server's runner notices a disconnect at its next step).
+fn eventually(what: &str, server: &TestServer, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what} never happened\n{}", server.logs());
+}
+
+#[test]
+fn a_client_that_disconnects_mid_stream_is_cancelled_and_its_blocks_freed() {
+    let model = format!("smol={}", smollm2().display());
+    let server = TestServer::start(&["--model", &model]);
+    let used = "hearth_kv_blocks_used{model=\"smol\"}";
+    assert_eq!(server.metric(used), 0.0);
+    let client = reqwest::blocking::Client::new();
+    let r = client
+        .post(server.url("/v1/chat/completions"))
+        .json(&chat_body(
+            "Tell me a very long story about a dragon.",
+            true,
+            3000,
+        ))
+        .send()
+        .unwrap();
+    let mut lines = BufReader::new(r).lines();
+    let mut n_events = 0;
+    while n_events < 5 {
+        if lines.next().unwrap().unwrap().starts_with("data: ") {
+            n_events += 1;
+        }
+    }
+    assert!(server.metric(used) > 0.0, "a running request holds blocks");
+    drop(lines); // closes the connection mid-stream
+    eventually("the cancelled request freeing its blocks", &server, || {
+        server.metric(used) == 0.0 && server.metric("hearth_cancelled_requests_total") == 1.0
+    });
+    assert_eq!(
+        server.metric("hearth_running_sequences{model=\"smol\"}"),
+        0.0
+    );
+    // The server goes on serving.
+    assert!(!solo_text(&server, "What is 2 + 2?").is_empty());
+}
+
+/// Greedy completions of `prompt` from llama.cpp, as the golden files record them.
+fn golden_first_case(model_dir: &str) -> (String, Vec<u32>) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/goldens")
+        .join(model_dir)
+        .join("greedy.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let case = &v["cases"][0];
+    let ids = case["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    (case["prompt"].as_str().unwrap().to_string(), ids)
+}
+
+fn detokenize(model: &std::path::Path, ids: &[u32]) -> String {
+    let file = hearth_gguf::GgufFile::open(model).unwrap();
+    hearth_tokenizer::Tokenizer::from_gguf(file.metadata())
+        .unwrap()
+        .decode(ids)
+}
+
+#[test]
+fn two_models_serve_side_by_side_and_each_answers_as_llama_cpp() {
+    let (smol, gemma) = (smollm2(), gemma3());
+    let server = TestServer::start(&[
+        "--model",
+        &format!("smol={}", smol.display()),
+        "--model",
+        &format!("gemma={}", gemma.display()),
+    ]);
+    let client = reqwest::blocking::Client::new();
+    for (name, path, golden) in [("smol", &smol, "smollm2"), ("gemma", &gemma, "gemma3")] {
+        let (prompt, ids) = golden_first_case(golden);
+        let r: Value = client
+            .post(server.url("/v1/completions"))
+            .json(&json!({"model": name, "prompt": prompt, "temperature": 0, "max_tokens": ids.len()}))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let want = detokenize(path, &ids);
+        assert_eq!(
+            r["choices"][0]["text"].as_str().unwrap(),
+            want,
+            "{name}: {r}"
+        );
+        assert_eq!(r["model"], name);
+    }
+    let r = client
+        .post(server.url("/v1/completions"))
+        .json(&json!({"model": "nope", "prompt": "hi"}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[test]
+fn an_idle_model_unloads_after_its_keep_alive_and_reloads_on_demand() {
+    let model = format!("smol={}", smollm2().display());
+    let server = TestServer::start(&["--model", &model, "--lazy", "--keep-alive", "1s"]);
+    let text = reqwest::blocking::get(server.url("/metrics"))
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        !text.contains("model=\"smol\""),
+        "lazy: not loaded before its first request"
+    );
+    let first = solo_text(&server, "What is 2 + 2?");
+    eventually("the model unloading", &server, || {
+        let text = reqwest::blocking::get(server.url("/metrics"))
+            .unwrap()
+            .text()
+            .unwrap();
+        !text.contains("model=\"smol\"")
+    });
+    assert_eq!(
+        solo_text(&server, "What is 2 + 2?"),
+        first,
+        "reloaded, the same answer"
+    );
+}
