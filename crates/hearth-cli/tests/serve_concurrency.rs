@@ -236,3 +236,44 @@ fn an_idle_model_unloads_after_its_keep_alive_and_reloads_on_demand() {
         "reloaded, the same answer"
     );
 }
+
+#[test]
+fn a_shared_system_prompt_is_served_from_the_prefix_cache() {
+    let model = format!("smol={}", smollm2().display());
+    let server = TestServer::start(&["--model", &model]);
+    let system = "You are a careful assistant for a small bakery. ".repeat(12);
+    let ask = |question: &str| -> Value {
+        reqwest::blocking::Client::new()
+            .post(server.url("/v1/chat/completions"))
+            .json(&json!({
+                "model": "smol",
+                "messages": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": question},
+                ],
+                "temperature": 0,
+                "max_tokens": 8,
+            }))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let first = ask("When do you open?");
+    assert_eq!(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    let second = ask("Do you sell rye bread?");
+    let prompt_tokens = second["usage"]["prompt_tokens"].as_u64().unwrap();
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    // Everything up to the last full 32-token block before the questions differ is reused.
+    assert!(
+        cached >= 96 && cached % 32 == 0 && cached < prompt_tokens,
+        "{second}"
+    );
+    assert_eq!(server.metric("hearth_prefix_cache_hits_total"), 1.0);
+    assert_eq!(
+        server.metric("hearth_prefix_cache_hit_tokens_total"),
+        cached as f64
+    );
+}
