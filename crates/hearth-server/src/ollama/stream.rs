@@ -1,0 +1,219 @@
+//! Running a chat or generate request and answering it: NDJSON lines while it streams, or
+//! one object at the end, both closed by Ollama's counts and nanosecond timings.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::options::RequestOptions;
+use super::timestamp;
+use crate::error::ApiError;
+use crate::generation::{collect, log_generation, max_new_tokens, request_id, submit, Generation};
+use crate::runner::{Event, RunnerHandle, Summary};
+
+/// Which endpoint a reply is for: chat lines carry `message`, generate lines `response`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Generate,
+}
+
+impl Api {
+    fn endpoint(self) -> &'static str {
+        match self {
+            Api::Chat => "/api/chat",
+            Api::Generate => "/api/generate",
+        }
+    }
+}
+
+/// A validated request, ready to run.
+pub struct Job {
+    pub api: Api,
+    /// The `model` the client sent, echoed back as is.
+    pub model: String,
+    pub runner: Arc<RunnerHandle>,
+    pub prompt: Vec<u32>,
+    pub options: RequestOptions,
+    pub stream: bool,
+    /// When the request arrived (before any model load).
+    pub started: Instant,
+    /// Time spent getting the model ready.
+    pub load_duration: Duration,
+}
+
+/// The shape of every line of one reply.
+#[derive(Clone)]
+struct Reply {
+    api: Api,
+    model: String,
+    started: Instant,
+    load_duration: Duration,
+}
+
+impl Reply {
+    /// A line with (part of) the text, `done: false`.
+    fn line(&self, text: &str) -> Value {
+        text_line(self.api, &self.model, text)
+    }
+
+    /// The last line: `done: true`, why it ended, counts and timings (ns); generate's adds
+    /// `context` (prompt and generated token ids) for a follow-up request.
+    fn last_line(&self, text: &str, s: &Summary, context: Option<&[u32]>) -> Value {
+        let mut v = self.line(text);
+        v["done"] = json!(true);
+        v["done_reason"] = json!(s.finish.as_str());
+        if let Some(context) = context {
+            v["context"] = json!(context);
+        }
+        v["total_duration"] = json!(nanos(self.started.elapsed()));
+        v["load_duration"] = json!(nanos(self.load_duration));
+        v["prompt_eval_count"] = json!(s.n_prompt);
+        v["prompt_eval_duration"] = json!(nanos(s.prompt_time));
+        v["eval_count"] = json!(s.n_generated);
+        v["eval_duration"] = json!(nanos(s.gen_time));
+        v
+    }
+}
+
+/// A line with `text`, `done: false`.
+fn text_line(api: Api, model: &str, text: &str) -> Value {
+    let mut v = json!({"model": model, "created_at": timestamp(chrono::Utc::now())});
+    match api {
+        Api::Chat => v["message"] = json!({"role": "assistant", "content": text}),
+        Api::Generate => v["response"] = json!(text),
+    }
+    v["done"] = json!(false);
+    v
+}
+
+/// The whole reply to a request that only loads or unloads a model (`reason` is `load` or
+/// `unload`).
+pub fn status_line(api: Api, model: &str, reason: &str) -> Value {
+    let mut v = text_line(api, model, "");
+    v["done"] = json!(true);
+    v["done_reason"] = json!(reason);
+    v
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// How many tokens the job may generate, honouring a per-request `num_ctx`.
+fn max_tokens(job: &Job) -> Result<Option<usize>, ApiError> {
+    let n_ctx = job.runner.info().n_ctx;
+    match job.options.num_ctx {
+        Some(limit) if limit > n_ctx => Err(ApiError::bad_field(
+            "num_ctx",
+            format!(
+                "num_ctx {limit} is larger than this server's context of {n_ctx} tokens; \
+                 start the server with a larger --ctx-size"
+            ),
+        )),
+        Some(limit) => max_new_tokens(job.prompt.len(), limit, job.options.num_predict).map(Some),
+        None => Ok(job.options.num_predict),
+    }
+}
+
+/// Runs `job` and answers it, streaming or not.
+pub async fn run(job: Job) -> Result<Response, ApiError> {
+    let max_tokens = max_tokens(&job)?;
+    let generation = Generation {
+        prompt: job.prompt.clone(),
+        max_tokens,
+        params: job.options.params.clone(),
+        stop: job.options.stop.clone(),
+        logprobs: None,
+    };
+    let events = submit(&job.runner, generation, Instant::now())?;
+    let reply = Reply {
+        api: job.api,
+        model: job.model.clone(),
+        started: job.started,
+        load_duration: job.load_duration,
+    };
+    let id = request_id("ollama-");
+    let context = (job.api == Api::Generate).then(|| job.prompt.clone());
+    if !job.stream {
+        let (out, summary) = collect(events).await?;
+        log_generation(&id, job.api.endpoint(), &job.model, &summary);
+        let context = context.map(|mut c| {
+            c.extend_from_slice(&out.tokens);
+            c
+        });
+        return Ok(Json(reply.last_line(&out.text, &summary, context.as_deref())).into_response());
+    }
+    let live = Live {
+        events,
+        _runner: job.runner,
+        reply,
+        context,
+        id,
+        done: false,
+    };
+    let body = Body::from_stream(futures_util::stream::unfold(live, next_line));
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
+}
+
+/// A streaming reply in progress. Dropping it (the client went away) drops the receiver,
+/// which cancels the generation.
+struct Live {
+    events: UnboundedReceiver<Event>,
+    /// Keeps the model counted as in use while the reply streams.
+    _runner: Arc<RunnerHandle>,
+    reply: Reply,
+    /// Generate only: the prompt, then every generated token.
+    context: Option<Vec<u32>>,
+    id: String,
+    done: bool,
+}
+
+/// The next NDJSON line of a streaming reply; `None` after the last.
+async fn next_line(mut live: Live) -> Option<(Result<Bytes, Infallible>, Live)> {
+    if live.done {
+        return None;
+    }
+    let line = loop {
+        match live.events.recv().await {
+            Some(Event::Chunk(c)) => {
+                if let Some(context) = live.context.as_mut() {
+                    context.extend_from_slice(&c.tokens);
+                }
+                // NOTE: a chunk is empty while text is held back for a possible stop string.
+                if !c.text.is_empty() {
+                    break live.reply.line(&c.text);
+                }
+            }
+            Some(Event::Done(summary)) => {
+                live.done = true;
+                let r = &live.reply;
+                log_generation(&live.id, r.api.endpoint(), &r.model, &summary);
+                break r.last_line("", &summary, live.context.as_deref());
+            }
+            Some(Event::Error(message)) => {
+                live.done = true;
+                break json!({ "error": message });
+            }
+            None => {
+                live.done = true;
+                break json!({"error": "the model's runner stopped before the generation finished"});
+            }
+        }
+    };
+    Some((Ok(ndjson(&line)), live))
+}
+
+/// One NDJSON line.
+pub fn ndjson(v: &Value) -> Bytes {
+    let mut bytes = serde_json::to_vec(v).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
