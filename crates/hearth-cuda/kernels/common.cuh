@@ -1,0 +1,31 @@
+// Shared helpers for every hearth CUDA kernel. NVRTC compiles the files of this folder as one
+// program (this file first), so nothing here may rely on toolkit headers: the binary must work
+// with NVRTC alone, without a CUDA toolkit installed.
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+#define WARP_SIZE 32
+#define FULL_MASK 0xffffffffu
+
+// IEEE half bits to f32 (exact), without cuda_fp16.h.
+__device__ __forceinline__ float half_to_f32(u16 h) {
+    float f;
+    asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
+    return f;
+}
+
+// Reads the little-endian f16 at `p` (2-byte aligned) as f32.
+__device__ __forceinline__ float load_half(const u8* p) {
+    return half_to_f32(*reinterpret_cast<const u16*>(p));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        v += __shfl_xor_sync(FULL_MASK, v, offset);
+    }
+    return v;
+}

@@ -1,0 +1,74 @@
+// Per-row reductions: RMSNorm and argmax. One thread block per row; the block's threads stride
+// over the row, so each warp's loads are consecutive (coalesced).
+
+// Sum of `v` over the whole thread block (blockDim.x a multiple of 32, at most 1024).
+// `scratch` holds 32 floats of shared memory; every thread gets the sum.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    v = warp_sum(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    const int n_warps = blockDim.x / WARP_SIZE;
+    v = (lane < n_warps) ? scratch[lane] : 0.f;
+    v = warp_sum(v);
+    return v;
+}
+
+// y[row] = x[row] / sqrt(mean(x[row]^2) + eps) * w, for rows of `dim` values.
+extern "C" __global__ void rms_norm_f32(const float* __restrict__ x, const float* __restrict__ w,
+                                        float* __restrict__ y, int dim, float eps) {
+    __shared__ float scratch[WARP_SIZE];
+    const float* xr = x + (size_t)blockIdx.x * dim;
+    float* yr = y + (size_t)blockIdx.x * dim;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    ss = block_sum(ss, scratch);
+    const float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+}
+
+#define NO_INDEX 0x7fffffff
+
+// Keeps (v, i) if it beats (best, best_i): larger, or equal with a lower index. NaN never wins
+// (both comparisons are false for it), matching the CPU sampler's argmax.
+__device__ __forceinline__ void keep_better(float& best, int& best_i, float v, int i) {
+    if (v > best || (v == best && i < best_i)) {
+        best = v;
+        best_i = i;
+    }
+}
+
+// out[row] = index of the largest value of the row; ties go to the lower index, NaN never
+// wins, and a row of only NaN gives 0.
+extern "C" __global__ void argmax_f32(const float* __restrict__ logits, u32* __restrict__ out,
+                                      int n_cols) {
+    __shared__ float best_v[WARP_SIZE];
+    __shared__ int best_idx[WARP_SIZE];
+    const float* r = logits + (size_t)blockIdx.x * n_cols;
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    float best = __int_as_float(0xff800000);  // -inf
+    int best_i = NO_INDEX;
+    for (int i = threadIdx.x; i < n_cols; i += blockDim.x) keep_better(best, best_i, r[i], i);
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        const float v = __shfl_xor_sync(FULL_MASK, best, offset);
+        const int i = __shfl_xor_sync(FULL_MASK, best_i, offset);
+        keep_better(best, best_i, v, i);
+    }
+    if (lane == 0) {
+        best_v[warp] = best;
+        best_idx[warp] = best_i;
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    const int n_warps = blockDim.x / WARP_SIZE;
+    best = lane < n_warps ? best_v[lane] : __int_as_float(0xff800000);
+    best_i = lane < n_warps ? best_idx[lane] : NO_INDEX;
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        const float v = __shfl_xor_sync(FULL_MASK, best, offset);
+        const int i = __shfl_xor_sync(FULL_MASK, best_i, offset);
+        keep_better(best, best_i, v, i);
+    }
+    if (lane == 0) out[blockIdx.x] = best_i == NO_INDEX ? 0u : (u32)best_i;
+}

@@ -1,0 +1,118 @@
+//! NVRTC: CUDA C source to CUBIN for one GPU architecture.
+
+use std::ffi::{c_char, CStr, CString};
+
+use cudarc::nvrtc::{result, sys};
+
+/// The whole kernel program: the files of `kernels/`, shared helpers first.
+pub const KERNEL_SOURCE: &str = concat!(
+    include_str!("../kernels/common.cuh"),
+    "\n",
+    include_str!("../kernels/gemv.cu"),
+    "\n",
+    include_str!("../kernels/reduce.cu"),
+);
+
+/// The NVRTC library's version (major, minor). Call only after [`crate::probe`] succeeded.
+pub fn nvrtc_version() -> Result<(i32, i32), String> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: both pointers are to live locals.
+    unsafe { sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| format!("nvrtcVersion failed: {e:?}"))?;
+    Ok((major, minor))
+}
+
+/// Compiles `source` to a CUBIN for `arch` (e.g. "sm_90"). The error carries NVRTC's log.
+/// Call only after [`crate::probe`] succeeded (NVRTC must be loadable).
+pub fn compile_cubin(source: &str, name: &str, arch: &str) -> Result<Vec<u8>, String> {
+    let src = CString::new(source).map_err(|_| "kernel source contains a NUL byte".to_string())?;
+    let name = CString::new(name).map_err(|_| "program name contains a NUL byte".to_string())?;
+    let prog = result::create_program(&src, Some(&name))
+        .map_err(|e| format!("nvrtcCreateProgram failed: {e:?}"))?;
+    let options = [
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        // NOTE: no fast-math: the kernels are checked against references at f32 rounding, and
+        // flushing denormals or approximate division would move results for no speed here.
+        "--fmad=true".to_string(),
+    ];
+    // SAFETY: `prog` was just created and is destroyed once, below.
+    let compiled = unsafe { result::compile_program(prog, &options) };
+    let outcome = match compiled {
+        Ok(()) => unsafe { cubin(prog) },
+        Err(e) => Err(format!("NVRTC failed for {arch} ({e:?}):\n{}", unsafe {
+            log(prog)
+        })),
+    };
+    // SAFETY: as above.
+    let _ = unsafe { result::destroy_program(prog) };
+    outcome
+}
+
+/// # Safety
+/// `prog` must be a live, successfully compiled program.
+unsafe fn cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>, String> {
+    let mut size = 0usize;
+    sys::nvrtcGetCUBINSize(prog, &mut size)
+        .result()
+        .map_err(|e| format!("nvrtcGetCUBINSize failed: {e:?}"))?;
+    if size == 0 {
+        return Err("NVRTC produced an empty CUBIN (was a virtual arch requested?)".into());
+    }
+    let mut out = vec![0u8; size];
+    sys::nvrtcGetCUBIN(prog, out.as_mut_ptr() as *mut c_char)
+        .result()
+        .map_err(|e| format!("nvrtcGetCUBIN failed: {e:?}"))?;
+    Ok(out)
+}
+
+/// # Safety
+/// `prog` must be a live program.
+unsafe fn log(prog: sys::nvrtcProgram) -> String {
+    match result::get_program_log(prog) {
+        Ok(raw) if !raw.is_empty() => CStr::from_ptr(raw.as_ptr()).to_string_lossy().into_owned(),
+        _ => "(no log)".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_source_exports_every_kernel_the_host_loads() {
+        for name in crate::device::KERNEL_NAMES {
+            let decl = format!("{name}(");
+            assert!(
+                KERNEL_SOURCE.contains(&decl),
+                "kernel {name} missing from kernels/*.cu"
+            );
+        }
+        assert!(
+            !KERNEL_SOURCE.contains("#include"),
+            "NVRTC has no toolkit headers here"
+        );
+    }
+
+    /// NVRTC needs no GPU, so wherever the library loads (with or without a driver) the
+    /// kernels must compile for the archs hearth targets.
+    #[test]
+    fn kernels_compile_with_nvrtc_where_it_is_present() {
+        // SAFETY: loads the vendor's library the way the bindings would.
+        if !unsafe { sys::is_culib_present() } {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "skipped: no NVRTC library (libnvrtc.so)");
+            return;
+        }
+        let (major, _) = nvrtc_version().unwrap();
+        assert!(major >= 12, "NVRTC {major}");
+        for arch in ["sm_80", "sm_89", "sm_90"] {
+            let cubin = compile_cubin(KERNEL_SOURCE, "hearth_kernels.cu", arch)
+                .unwrap_or_else(|e| panic!("{arch}: {e}"));
+            assert_eq!(&cubin[..4], b"\x7fELF", "{arch}: a CUBIN is an ELF image");
+        }
+        let err = compile_cubin("this is not CUDA", "bad.cu", "sm_90").unwrap_err();
+        assert!(err.contains("bad.cu") || err.contains("error"), "{err}");
+    }
+}

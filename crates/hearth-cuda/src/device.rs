@@ -1,0 +1,259 @@
+//! One GPU, opened: context, stream, and the loaded kernel module.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream};
+use cudarc::nvrtc::Ptx;
+use hearth_quant::GgmlType;
+
+use crate::error::{driver, shape};
+use crate::probe::guarded;
+use crate::{
+    compile_cubin, nvrtc_version, probe_device, CacheKey, CudaError, GpuInfo, KernelCache,
+    KERNEL_SOURCE,
+};
+
+/// Every kernel the host side launches, by its `extern "C"` name.
+pub(crate) const KERNEL_NAMES: [&str; 7] = [
+    "gemv_f16",
+    "gemv_q8_0",
+    "gemv_q4_0",
+    "gemv_q4_k",
+    "gemv_q6_k",
+    "rms_norm_f32",
+    "argmax_f32",
+];
+
+/// Bytes of padding after a weight matrix: the GEMV kernels' last 16-byte load of a row may
+/// reach up to 15 bytes past it.
+pub(crate) const WEIGHT_PADDING: usize = 16;
+
+/// Where the kernels of an opened device came from.
+#[derive(Clone, Debug)]
+pub enum KernelOrigin {
+    /// Loaded from this cache entry.
+    Cache(PathBuf),
+    /// Compiled by NVRTC in `seconds`; `miss` says why the cache had nothing usable and
+    /// `stored` where the result went (None when storing failed or there is no cache).
+    Compiled {
+        seconds: f64,
+        miss: String,
+        stored: Option<PathBuf>,
+    },
+}
+
+impl std::fmt::Display for KernelOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelOrigin::Cache(p) => write!(f, "kernels loaded from cache {}", p.display()),
+            KernelOrigin::Compiled {
+                seconds,
+                miss,
+                stored,
+            } => {
+                write!(f, "kernels compiled by NVRTC in {seconds:.2} s ({miss})")?;
+                match stored {
+                    Some(p) => write!(f, ", cached at {}", p.display()),
+                    None => f.write_str(", not cached"),
+                }
+            }
+        }
+    }
+}
+
+/// A weight matrix in GPU memory, in its GGUF block layout: `[n_rows, n_cols]`, row-major.
+pub struct QuantMatrix {
+    pub(crate) ty: GgmlType,
+    pub(crate) n_rows: usize,
+    pub(crate) n_cols: usize,
+    /// Row bytes × n_rows, then [`WEIGHT_PADDING`] zero bytes.
+    pub(crate) data: CudaSlice<u8>,
+}
+
+impl QuantMatrix {
+    /// The weight type.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+    /// Output rows.
+    pub fn n_rows(&self) -> usize {
+        self.n_rows
+    }
+    /// Input columns.
+    pub fn n_cols(&self) -> usize {
+        self.n_cols
+    }
+    /// Bytes of weights (without padding): what one GEMV must read.
+    pub fn weight_bytes(&self) -> usize {
+        self.data.len() - WEIGHT_PADDING
+    }
+}
+
+/// An opened GPU with the hearth kernels loaded.
+pub struct CudaDevice {
+    info: GpuInfo,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    functions: HashMap<&'static str, CudaFunction>,
+    origin: KernelOrigin,
+}
+
+impl CudaDevice {
+    /// Opens GPU `ordinal`, loading the kernels from `cache` or compiling them (and storing
+    /// the result). A missing or unusable GPU is [`CudaError::Unavailable`].
+    pub fn open(ordinal: usize, cache: &KernelCache) -> Result<Self, CudaError> {
+        let info = probe_device(ordinal)?;
+        let ctx = guarded("cuCtx", || CudaContext::new(ordinal))?.map_err(driver("context"))?;
+        // SAFETY: all work goes through the one stream below, so cudarc's cross-stream events
+        // are not needed; they also break CUDA graph capture, which the decode path will use.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(driver("stream creation"))?;
+        let (module, origin) = load_module(&ctx, &info, cache)?;
+        let mut functions = HashMap::new();
+        for name in KERNEL_NAMES {
+            let f = module
+                .load_function(name)
+                .map_err(driver("kernel lookup"))?;
+            functions.insert(name, f);
+        }
+        Ok(CudaDevice {
+            info,
+            ctx,
+            stream,
+            functions,
+            origin,
+        })
+    }
+
+    /// The device's properties.
+    pub fn info(&self) -> &GpuInfo {
+        &self.info
+    }
+    /// Where the kernels came from.
+    pub fn kernel_origin(&self) -> &KernelOrigin {
+        &self.origin
+    }
+    /// The context (for allocation and events).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+    /// The stream every operation of this device is queued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub(crate) fn function(&self, name: &'static str) -> Result<&CudaFunction, CudaError> {
+        self.functions.get(name).ok_or(CudaError::Driver {
+            during: "kernel lookup",
+            message: format!("kernel {name} not loaded"),
+        })
+    }
+
+    /// Copies `bytes` (`n_rows` rows of `n_cols` elements of `ty`, GGUF layout) to the GPU.
+    pub fn upload_matrix(
+        &self,
+        ty: GgmlType,
+        n_rows: usize,
+        n_cols: usize,
+        bytes: &[u8],
+    ) -> Result<QuantMatrix, CudaError> {
+        let op = "upload_matrix";
+        let row_bytes = ty.bytes_for(n_cols as u64).ok_or_else(|| {
+            shape(
+                op,
+                format!("{n_cols} columns is not a whole number of {ty} blocks"),
+            )
+        })?;
+        let expected = (row_bytes as usize).checked_mul(n_rows);
+        if expected != Some(bytes.len()) {
+            return Err(shape(
+                op,
+                format!(
+                    "{n_rows}x{n_cols} {ty} needs {expected:?} bytes, got {}",
+                    bytes.len()
+                ),
+            ));
+        }
+        let mut data = self
+            .stream
+            .alloc_zeros::<u8>(bytes.len() + WEIGHT_PADDING)
+            .map_err(driver("weight allocation"))?;
+        let mut body = data.slice_mut(..bytes.len());
+        self.stream
+            .memcpy_htod(bytes, &mut body)
+            .map_err(driver("weight upload"))?;
+        Ok(QuantMatrix {
+            ty,
+            n_rows,
+            n_cols,
+            data,
+        })
+    }
+
+    /// Copies `values` to a new GPU buffer.
+    pub fn upload_f32(&self, values: &[f32]) -> Result<CudaSlice<f32>, CudaError> {
+        self.stream.clone_htod(values).map_err(driver("upload"))
+    }
+
+    /// A new GPU buffer of `len` f32 values, every byte 0xFF (NaN), so that an element a
+    /// kernel fails to write shows up in any comparison.
+    pub fn alloc_poisoned_f32(&self, len: usize) -> Result<CudaSlice<f32>, CudaError> {
+        self.upload_f32(&vec![f32::from_bits(u32::MAX); len])
+    }
+
+    /// Copies a GPU buffer back (waits for the stream).
+    pub fn download<T: cudarc::driver::DeviceRepr + Default + Clone>(
+        &self,
+        src: &CudaSlice<T>,
+    ) -> Result<Vec<T>, CudaError> {
+        self.stream.clone_dtoh(src).map_err(driver("download"))
+    }
+
+    /// Waits for all queued work; a kernel fault surfaces here.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.stream.synchronize().map_err(driver("synchronize"))
+    }
+}
+
+/// Loads the kernel module from the cache, or compiles it (and caches it). A cached entry the
+/// driver rejects is treated like a corrupt one: recompiled and overwritten.
+fn load_module(
+    ctx: &Arc<CudaContext>,
+    info: &GpuInfo,
+    cache: &KernelCache,
+) -> Result<(Arc<cudarc::driver::CudaModule>, KernelOrigin), CudaError> {
+    let arch = info.arch();
+    let nvrtc = guarded("nvrtcVersion", nvrtc_version)?.map_err(CudaError::Compile)?;
+    let key = CacheKey::new(KERNEL_SOURCE, &arch, info.driver_version, nvrtc);
+    let miss = match cache.load(&key) {
+        Ok(cubin) => match ctx.load_module(Ptx::from_binary(cubin)) {
+            Ok(module) => {
+                let path = cache.path(&key).unwrap_or_default();
+                return Ok((module, KernelOrigin::Cache(path)));
+            }
+            Err(e) => format!("cached entry rejected by the driver: {e:?}"),
+        },
+        Err(miss) => miss.to_string(),
+    };
+    let start = Instant::now();
+    let cubin = guarded("nvrtcCompileProgram", || {
+        compile_cubin(KERNEL_SOURCE, "hearth_kernels.cu", &arch)
+    })?
+    .map_err(CudaError::Compile)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let stored = cache.store(&key, &cubin).ok();
+    let module = ctx
+        .load_module(Ptx::from_binary(cubin))
+        .map_err(driver("module load"))?;
+    Ok((
+        module,
+        KernelOrigin::Compiled {
+            seconds,
+            miss,
+            stored,
+        },
+    ))
+}

@@ -1,0 +1,160 @@
+//! Kernel launches: GEMV over quantized weights, RMSNorm, argmax. Each checks its operands
+//! (sizes, alignment rules of the kernels) before launching; none waits for the GPU.
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use hearth_quant::GgmlType;
+
+use crate::error::{driver, shape};
+use crate::{CudaDevice, CudaError, QuantMatrix};
+
+/// Weight types with a fused dequantize + GEMV kernel.
+pub const GEMV_TYPES: [GgmlType; 5] = [
+    GgmlType::F16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+];
+
+/// Output rows per thread block of the GEMV kernels (one warp each); kernels/gemv.cu agrees.
+const GEMV_ROWS_PER_BLOCK: u32 = 4;
+const NORM_THREADS: u32 = 256;
+const ARGMAX_THREADS: u32 = 1024;
+
+/// True when [`CudaDevice::gemv`] has a kernel for `ty`.
+pub fn gemv_supported(ty: GgmlType) -> bool {
+    GEMV_TYPES.contains(&ty)
+}
+
+fn gemv_kernel(ty: GgmlType) -> Option<&'static str> {
+    Some(match ty {
+        GgmlType::F16 => "gemv_f16",
+        GgmlType::Q8_0 => "gemv_q8_0",
+        GgmlType::Q4_0 => "gemv_q4_0",
+        GgmlType::Q4_K => "gemv_q4_k",
+        GgmlType::Q6_K => "gemv_q6_k",
+        _ => return None,
+    })
+}
+
+fn as_i32(op: &'static str, what: &str, v: usize) -> Result<i32, CudaError> {
+    i32::try_from(v).map_err(|_| shape(op, format!("{what} {v} exceeds the kernels' 32-bit range")))
+}
+
+fn grid(n: usize, per_block: u32) -> u32 {
+    n.div_ceil(per_block as usize) as u32
+}
+
+impl CudaDevice {
+    /// `y = W · x`: `x` holds `w.n_cols()` values, `y` receives `w.n_rows()`.
+    pub fn gemv(
+        &self,
+        w: &QuantMatrix,
+        x: &CudaSlice<f32>,
+        y: &mut CudaSlice<f32>,
+    ) -> Result<(), CudaError> {
+        let op = "gemv";
+        let name = gemv_kernel(w.ty).ok_or(CudaError::Unsupported { op, ty: w.ty })?;
+        if w.ty == GgmlType::F16 && !w.n_cols.is_multiple_of(8) {
+            return Err(shape(
+                op,
+                format!("F16 rows need a multiple of 8 columns, got {}", w.n_cols),
+            ));
+        }
+        if x.len() < w.n_cols || y.len() < w.n_rows {
+            return Err(shape(
+                op,
+                format!(
+                    "{}x{} weights need x of {} and y of {} values, got {} and {}",
+                    w.n_rows,
+                    w.n_cols,
+                    w.n_cols,
+                    w.n_rows,
+                    x.len(),
+                    y.len()
+                ),
+            ));
+        }
+        let (rows, cols) = (
+            as_i32(op, "rows", w.n_rows)?,
+            as_i32(op, "columns", w.n_cols)?,
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (grid(w.n_rows, GEMV_ROWS_PER_BLOCK), 1, 1),
+            block_dim: (GEMV_ROWS_PER_BLOCK * 32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let f = self.function(name)?;
+        let mut launch = self.stream().launch_builder(f);
+        launch.arg(&w.data).arg(x).arg(y).arg(&rows).arg(&cols);
+        // SAFETY: argument types and order match the kernel; the sizes were checked above and
+        // the weight buffer carries the padding the kernel's last loads may touch.
+        unsafe { launch.launch(cfg) }.map_err(driver("gemv launch"))?;
+        Ok(())
+    }
+
+    /// RMSNorm of `n_rows` rows of `w.len()` values: `y = x / sqrt(mean(x²) + eps) * w`.
+    pub fn rms_norm(
+        &self,
+        x: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        y: &mut CudaSlice<f32>,
+        n_rows: usize,
+        eps: f32,
+    ) -> Result<(), CudaError> {
+        let op = "rms_norm";
+        let dim = w.len();
+        let total = n_rows.checked_mul(dim);
+        if dim == 0 || total.is_none_or(|t| x.len() < t || y.len() < t) {
+            return Err(shape(
+                op,
+                format!(
+                    "{n_rows} rows of {dim} need x and y of that many values, got {} and {}",
+                    x.len(),
+                    y.len()
+                ),
+            ));
+        }
+        let dim_i = as_i32(op, "dim", dim)?;
+        let cfg = LaunchConfig {
+            grid_dim: (as_i32(op, "rows", n_rows)? as u32, 1, 1),
+            block_dim: (NORM_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self.stream().launch_builder(self.function("rms_norm_f32")?);
+        launch.arg(x).arg(w).arg(y).arg(&dim_i).arg(&eps);
+        // SAFETY: argument types and order match the kernel; sizes checked above.
+        unsafe { launch.launch(cfg) }.map_err(driver("rms_norm launch"))?;
+        Ok(())
+    }
+
+    /// Index of the largest value of each of `n_rows` rows of `n_cols` logits (ties to the
+    /// lower index, NaN never wins, an all-NaN row gives 0), written to `out`.
+    pub fn argmax(
+        &self,
+        logits: &CudaSlice<f32>,
+        n_rows: usize,
+        n_cols: usize,
+        out: &mut CudaSlice<u32>,
+    ) -> Result<(), CudaError> {
+        let op = "argmax";
+        let total = n_rows.checked_mul(n_cols);
+        if n_cols == 0 || total.is_none_or(|t| logits.len() < t) || out.len() < n_rows {
+            return Err(shape(
+                op,
+                format!("{n_rows} rows of {n_cols} need that many logits and {n_rows} outputs, got {} and {}", logits.len(), out.len()),
+            ));
+        }
+        let cols = as_i32(op, "columns", n_cols)?;
+        let cfg = LaunchConfig {
+            grid_dim: (as_i32(op, "rows", n_rows)? as u32, 1, 1),
+            block_dim: (ARGMAX_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self.stream().launch_builder(self.function("argmax_f32")?);
+        launch.arg(logits).arg(out).arg(&cols);
+        // SAFETY: argument types and order match the kernel; sizes checked above.
+        unsafe { launch.launch(cfg) }.map_err(driver("argmax launch"))?;
+        Ok(())
+    }
+}
