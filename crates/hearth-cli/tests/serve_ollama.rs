@@ -275,6 +275,18 @@ fn load_unload_and_listings() {
     // The server keeps models forever by default: Ollama's farthest time, in 2300-something.
     assert!(m["expires_at"].as_str().unwrap().starts_with("23"), "{m}");
 
+    // A request's keep_alive replaces the model's: now it unloads within the hour.
+    let v = post_json(
+        &server,
+        "/api/generate",
+        &json!({"model": MODEL, "keep_alive": "1h"}),
+    );
+    assert_eq!(v["done_reason"], "load");
+    let ps = get_json(&server, "/api/ps");
+    check_timestamp(&ps["models"][0]["expires_at"]);
+    let expires = ps["models"][0]["expires_at"].as_str().unwrap();
+    assert!(expires.starts_with("20"), "{expires}");
+
     let v = post_json(
         &server,
         "/api/chat",
@@ -469,6 +481,27 @@ fn a_client_that_goes_away_cancels_its_generation() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert_eq!(seen, before + 1.0, "{}", server.logs());
+    // Not streamed: the client gives up waiting for the one reply.
+    let impatient = Client::builder()
+        .timeout(std::time::Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let r = impatient
+        .post(server.url("/api/generate"))
+        .body(json!({"model": MODEL, "prompt": "Count to a thousand:", "raw": true, "stream": false, "options": {"num_predict": -1}}).to_string())
+        .send();
+    assert!(
+        r.is_err(),
+        "the generation should outlast the client's patience"
+    );
+    for _ in 0..200 {
+        seen = server.metric(cancelled);
+        if seen > before + 1.0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(seen, before + 2.0, "{}", server.logs());
     let v = post_json(
         &server,
         "/api/generate",
