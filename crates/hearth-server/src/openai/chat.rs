@@ -53,7 +53,7 @@ async fn handle(state: AppState, body: &[u8]) -> Result<Response, ApiError> {
             include_usage: opts.include_usage,
             n_prompts: 1,
             n: opts.n,
-            runner,
+            runner: Some(runner),
         };
         return Ok(sse(receivers, ChatWriter { tokenizer }, request));
     }

@@ -74,7 +74,7 @@ async fn handle(state: AppState, body: &[u8]) -> Result<Response, ApiError> {
             include_usage: opts.include_usage,
             n_prompts: prompts.len(),
             n,
-            runner,
+            runner: Some(runner),
         };
         return Ok(sse(receivers, writer, request));
     }

@@ -47,7 +47,7 @@ pub struct StreamRequest {
     pub n: usize,
     /// Held, never read: the model is not unloaded while one of its streams runs.
     #[allow(dead_code)]
-    pub runner: Arc<RunnerHandle>,
+    pub runner: Option<Arc<RunnerHandle>>,
 }
 
 struct State<W> {
@@ -67,26 +67,7 @@ pub fn sse<W: ChoiceWriter>(
     writer: W,
     request: StreamRequest,
 ) -> Response {
-    let running = receivers.len();
-    let events = select_all(receivers.into_iter().enumerate().map(|(i, rx)| {
-        UnboundedReceiverStream::new(rx)
-            .map(move |e| (i, e))
-            .boxed()
-    }));
-    let mut state = State {
-        events,
-        queue: VecDeque::new(),
-        usage: Usage::new(request.n_prompts, request.n),
-        writer,
-        request,
-        running,
-        done: false,
-    };
-    for i in 0..running {
-        if let Some(choice) = state.writer.start(i) {
-            state.push_choice(choice);
-        }
-    }
+    let state = State::new(receivers, writer, request);
     let body = stream::unfold(state, |mut st| async move {
         let data = st.next_data().await?;
         Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st))
@@ -97,6 +78,31 @@ pub fn sse<W: ChoiceWriter>(
 }
 
 impl<W: ChoiceWriter> State<W> {
+    /// The opening chunks queued; the rest follows the receivers.
+    fn new(receivers: Vec<UnboundedReceiver<Event>>, writer: W, request: StreamRequest) -> Self {
+        let running = receivers.len();
+        let events = select_all(receivers.into_iter().enumerate().map(|(i, rx)| {
+            UnboundedReceiverStream::new(rx)
+                .map(move |e| (i, e))
+                .boxed()
+        }));
+        let mut state = State {
+            events,
+            queue: VecDeque::new(),
+            usage: Usage::new(request.n_prompts, request.n),
+            writer,
+            request,
+            running,
+            done: false,
+        };
+        for i in 0..running {
+            if let Some(choice) = state.writer.start(i) {
+                state.push_choice(choice);
+            }
+        }
+        state
+    }
+
     /// The next event's payload; `None` once `[DONE]` or an error was sent.
     async fn next_data(&mut self) -> Option<String> {
         loop {
@@ -161,5 +167,144 @@ impl<W: ChoiceWriter> State<W> {
         self.queue
             .push_back(ApiError::internal(message).openai_body().to_string());
         self.done = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::{Finish, Summary};
+    use serde_json::json;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+
+    /// Choices as `{"i", "start" | "text" | "end"}`, to see the order of events.
+    struct Plain;
+
+    impl ChoiceWriter for Plain {
+        const OBJECT: &'static str = "test.chunk";
+        fn start(&mut self, index: usize) -> Option<Value> {
+            Some(json!({"i": index, "start": true}))
+        }
+        fn chunk(&mut self, index: usize, chunk: Chunk) -> Option<Value> {
+            (!chunk.text.is_empty()).then(|| json!({"i": index, "text": chunk.text}))
+        }
+        fn finish(&mut self, index: usize, reason: &str) -> Value {
+            json!({"i": index, "end": reason})
+        }
+    }
+
+    fn summary(n_generated: usize) -> Summary {
+        Summary {
+            finish: Finish::Length,
+            n_prompt: 5,
+            n_cached: 0,
+            n_generated,
+            queue_time: Duration::ZERO,
+            prompt_time: Duration::ZERO,
+            gen_time: Duration::ZERO,
+            total_time: Duration::ZERO,
+        }
+    }
+
+    fn text(t: &str) -> Event {
+        Event::Chunk(Chunk {
+            text: t.into(),
+            ..Chunk::default()
+        })
+    }
+
+    fn state(n: usize, include_usage: bool) -> (State<Plain>, Vec<UnboundedSender<Event>>) {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| unbounded_channel()).unzip();
+        let request = StreamRequest {
+            head: Head::new("t-", "m"),
+            endpoint: "/test",
+            include_usage,
+            n_prompts: 1,
+            n,
+            runner: None,
+        };
+        (State::new(rxs, Plain, request), txs)
+    }
+
+    /// Every payload until the stream ends: choices (or usage) as JSON, `[DONE]` as a string.
+    async fn drain(st: &mut State<Plain>) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(d) = st.next_data().await {
+            let v: Value = serde_json::from_str(&d).unwrap_or(Value::String(d));
+            out.push(match v.get("choices") {
+                Some(Value::Array(c)) if c.len() == 1 => c[0].clone(),
+                _ if v.get("usage").is_some_and(|u| !u.is_null()) => v["usage"].clone(),
+                _ => v,
+            });
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn choices_open_interleave_finish_then_usage_and_done() {
+        let (mut st, txs) = state(2, true);
+        txs[1].send(text("b")).unwrap();
+        txs[1].send(Event::Done(summary(3))).unwrap();
+        txs[0].send(text("a")).unwrap();
+        txs[0].send(Event::Done(summary(4))).unwrap();
+        let out = drain(&mut st).await;
+        assert_eq!(
+            &out[..2],
+            &[
+                json!({"i": 0, "start": true}),
+                json!({"i": 1, "start": true})
+            ]
+        );
+        let pos = |v: Value| out.iter().position(|o| *o == v).unwrap();
+        assert!(pos(json!({"i": 0, "text": "a"})) < pos(json!({"i": 0, "end": "length"})));
+        assert!(pos(json!({"i": 1, "text": "b"})) < pos(json!({"i": 1, "end": "length"})));
+        let n = out.len();
+        assert_eq!(out[n - 2]["completion_tokens"], 7);
+        assert_eq!(out[n - 2]["prompt_tokens"], 5);
+        assert_eq!(out[n - 1], "[DONE]");
+    }
+
+    #[tokio::test]
+    async fn an_error_ends_the_stream_and_cancels_the_other_choices() {
+        let (mut st, txs) = state(2, false);
+        txs[0].send(Event::Error("out of memory".into())).unwrap();
+        let out = drain(&mut st).await;
+        let last = out.last().unwrap();
+        assert_eq!(last["error"]["message"], "out of memory");
+        assert_eq!(last["error"]["type"], "server_error");
+        assert!(!out.contains(&json!("[DONE]")));
+        assert!(
+            txs[1].is_closed(),
+            "the other choice's receiver was dropped"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_response_cancels_its_generations() {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..2).map(|_| unbounded_channel::<Event>()).unzip();
+        let request = StreamRequest {
+            head: Head::new("t-", "m"),
+            endpoint: "/test",
+            include_usage: false,
+            n_prompts: 1,
+            n: 2,
+            runner: None,
+        };
+        let response = sse(rxs, Plain, request);
+        assert!(!txs[0].is_closed());
+        drop(response);
+        assert!(txs.iter().all(UnboundedSender::is_closed));
+    }
+
+    #[tokio::test]
+    async fn a_runner_that_vanishes_is_an_error_event() {
+        let (mut st, txs) = state(1, false);
+        drop(txs);
+        let out = drain(&mut st).await;
+        let msg = out.last().unwrap()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(msg.contains("runner stopped"), "{msg}");
     }
 }
