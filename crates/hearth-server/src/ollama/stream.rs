@@ -153,7 +153,7 @@ pub async fn run(job: Job) -> Result<Response, ApiError> {
     }
     let live = Live {
         events,
-        _runner: job.runner,
+        _in_use: job.runner,
         reply,
         context,
         id,
@@ -167,8 +167,8 @@ pub async fn run(job: Job) -> Result<Response, ApiError> {
 /// which cancels the generation.
 struct Live {
     events: UnboundedReceiver<Event>,
-    /// Keeps the model counted as in use while the reply streams.
-    _runner: Arc<RunnerHandle>,
+    /// Keeps the model counted as in use while the reply streams (its runner handle).
+    _in_use: Arc<dyn std::any::Any + Send + Sync>,
     reply: Reply,
     /// Generate only: the prompt, then every generated token.
     context: Option<Vec<u32>>,
@@ -216,4 +216,109 @@ pub fn ndjson(v: &Value) -> Bytes {
     let mut bytes = serde_json::to_vec(v).unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::{Chunk, Finish};
+    use futures_util::StreamExt;
+    use tokio::sync::mpsc;
+
+    fn live(api: Api, events: UnboundedReceiver<Event>) -> Live {
+        Live {
+            events,
+            _in_use: Arc::new(()),
+            reply: Reply {
+                api,
+                model: "m:latest".into(),
+                started: Instant::now(),
+                load_duration: Duration::from_nanos(5),
+            },
+            context: (api == Api::Generate).then(|| vec![7, 8]),
+            id: "test".into(),
+            done: false,
+        }
+    }
+
+    fn chunk(text: &str, tokens: &[u32]) -> Event {
+        Event::Chunk(Chunk {
+            text: text.into(),
+            tokens: tokens.to_vec(),
+            ..Chunk::default()
+        })
+    }
+
+    async fn lines(live: Live) -> Vec<Value> {
+        futures_util::stream::unfold(live, next_line)
+            .map(|b| {
+                let b = b.unwrap_or_default();
+                assert_eq!(b.last(), Some(&b'\n'));
+                serde_json::from_slice(&b).unwrap()
+            })
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_stream_ends_with_the_counts_and_context() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for e in [chunk("Hel", &[1]), chunk("", &[2]), chunk("lo", &[3])] {
+            tx.send(e).unwrap();
+        }
+        tx.send(Event::Done(Summary {
+            finish: Finish::Stop,
+            n_prompt: 2,
+            n_cached: 0,
+            n_generated: 4,
+            queue_time: Duration::ZERO,
+            prompt_time: Duration::from_nanos(10),
+            gen_time: Duration::from_nanos(20),
+            total_time: Duration::from_nanos(30),
+        }))
+        .unwrap();
+        let got = lines(live(Api::Generate, rx)).await;
+        // The held-back chunk sends no line, but its token joins the context.
+        let texts: Vec<&Value> = got.iter().map(|l| &l["response"]).collect();
+        assert_eq!(texts, [&json!("Hel"), &json!("lo"), &json!("")]);
+        let last = &got[2];
+        assert_eq!(last["context"], json!([7, 8, 1, 2, 3]));
+        assert_eq!(last["done_reason"], "stop");
+        assert_eq!(last["model"], "m:latest");
+        let counts = [
+            "prompt_eval_count",
+            "eval_count",
+            "prompt_eval_duration",
+            "eval_duration",
+            "load_duration",
+        ];
+        let counts: Vec<&Value> = counts.iter().map(|k| &last[*k]).collect();
+        assert_eq!(
+            counts,
+            [&json!(2), &json!(4), &json!(10), &json!(20), &json!(5)]
+        );
+        assert!(got[..2].iter().all(|l| l["done"] == false));
+    }
+
+    #[tokio::test]
+    async fn errors_after_the_stream_began_are_a_line() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(chunk("Hi", &[1])).unwrap();
+        tx.send(Event::Error("the engine failed".into())).unwrap();
+        let got = lines(live(Api::Chat, rx)).await;
+        assert_eq!(
+            got[0]["message"],
+            json!({"role": "assistant", "content": "Hi"})
+        );
+        assert_eq!(got[1], json!({"error": "the engine failed"}));
+        assert_eq!(got.len(), 2);
+
+        let (tx, rx) = mpsc::unbounded_channel();
+        drop(tx);
+        let got = lines(live(Api::Chat, rx)).await;
+        assert_eq!(
+            got,
+            [json!({"error": "the model's runner stopped before the generation finished"})]
+        );
+    }
 }
