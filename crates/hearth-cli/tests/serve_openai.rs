@@ -489,6 +489,43 @@ fn a_client_that_disconnects_cancels_its_generation() {
 }
 
 #[test]
+fn a_client_that_gives_up_on_a_plain_request_cancels_it() {
+    let server = server();
+    let cancelled = "hearth_cancelled_requests_total";
+    let running = format!("hearth_running_sequences{{model=\"{MODEL}\"}}");
+    let before = server.metric(cancelled);
+    let body = json!({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 500,
+                      "stop": ["zzzz"], "temperature": 0})
+    .to_string();
+    let addr = server.base.trim_start_matches("http://");
+    let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        sock,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.metric(&running) == 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "never started:\n{}",
+            server.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(sock);
+    while server.metric(cancelled) <= before || server.metric(&running) != 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "never cancelled:\n{}",
+            server.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
 fn the_official_python_client_works() {
     let server = server();
     let out = run_client_script(&server, "openai_client.py", &[]);

@@ -96,6 +96,11 @@ def main():
           and all(lp <= 0 for lp in lps.token_logprobs) and len(lps.top_logprobs[0]) == 1
           and lps.text_offset[0] == 0, c)
 
+    c = client.completions.create(model=model, prompt="The capital of France is", temperature=0,
+                                  max_tokens=16, stop=["\n"], user="tester")
+    check("completions stop string", c.choices[0].finish_reason == "stop" and "\n" not in c.choices[0].text
+          and c.choices[0].text, c.choices[0])
+
     bad = openai.BadRequestError
     expect_error("max_tokens=0 -> BadRequestError", bad, lambda: client.chat.completions.create(
         model=model, messages=messages, max_tokens=0))
