@@ -48,6 +48,9 @@ impl Histogram {
     }
 }
 
+/// A gauge's name, help text and how to read it from an engine's gauges.
+type GaugeDef = (&'static str, &'static str, fn(&EngineGauges) -> usize);
+
 /// One loaded model's engine state, refreshed by its runner after every step.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EngineGauges {
@@ -166,7 +169,7 @@ impl Metrics {
             "Time between consecutive generated tokens of a request.",
         );
         let engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
-        let gauges: [(&str, &str, fn(&EngineGauges) -> usize); 4] = [
+        let gauges: [GaugeDef; 4] = [
             (
                 "hearth_queue_depth",
                 "Requests waiting to be scheduled.",
