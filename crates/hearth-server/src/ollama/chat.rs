@@ -10,7 +10,7 @@ use hearth_tokenizer::ChatMessage;
 use serde_json::Value;
 
 use super::body::{kind, non_empty, Body};
-use super::generate::load_or_unload;
+use super::generate::{load_or_unload, no_template};
 use super::options::RequestOptions;
 use super::stream::{self, Api, Job};
 use crate::app::AppState;
@@ -36,6 +36,9 @@ pub async fn chat(State(state): State<AppState>, bytes: Bytes) -> Result<Respons
     }
     let runner = state.models.get(&model, keep_alive).await?;
     let load_duration = started.elapsed();
+    if runner.prompt().template_name().is_none() {
+        return Err(no_template(runner.name()).into());
+    }
     let prompt = runner
         .prompt()
         .chat(&messages)

@@ -118,6 +118,8 @@ fn prompt_tokens(
     }
     let new = if raw {
         builder.raw(prompt)
+    } else if builder.template_name().is_none() {
+        return Err(no_template(runner.name()));
     } else {
         let mut messages = Vec::with_capacity(2);
         if let Some(system) = system {
@@ -134,4 +136,12 @@ fn prompt_tokens(
     let bos = builder.tokenizer.bos_id();
     let skip = usize::from(bos.is_some() && new.first().copied() == bos);
     Ok(context.iter().chain(&new[skip..]).copied().collect())
+}
+
+/// 400 for a chat-formatted request to a model without a chat template.
+pub fn no_template(model: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "model '{model}' has no chat template: send a prompt already formatted with raw: true \
+         to /api/generate, or start the server with --template chatml|llama3|gemma|mistral"
+    ))
 }

@@ -118,6 +118,14 @@ fn max_tokens(job: &Job) -> Result<Option<usize>, ApiError> {
                  start the server with a larger --ctx-size"
             ),
         )),
+        Some(limit) if job.prompt.len() >= limit => Err(ApiError::bad_field(
+            "num_ctx",
+            format!(
+                "the prompt is {} tokens, but num_ctx {limit} limits prompt and generated tokens \
+                 together; raise num_ctx (this server's context holds {n_ctx})",
+                job.prompt.len()
+            ),
+        )),
         Some(limit) => max_new_tokens(job.prompt.len(), limit, job.options.num_predict).map(Some),
         None => Ok(job.options.num_predict),
     }
