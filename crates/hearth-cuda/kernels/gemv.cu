@@ -1,7 +1,7 @@
 // Fused dequantize + GEMV over weights in GGUF block layout, byte for byte as on disk:
 // y[row] = sum_k W[row, k] * x[k], with x and y in f32.
 //
-// One warp per output row, ROWS_PER_BLOCK warps per thread block. The quantized block sizes
+// One warp per ROWS_PER_WARP output rows (F16: per row), WARPS_PER_BLOCK warps per block. The quantized block sizes
 // (18, 34, 144, 210 bytes) are not multiples of 16, so a row is not 16-byte aligned and cannot
 // be read with 16-byte loads in place. Each warp instead stages its row through a shared-memory
 // window with coalesced 16-byte loads from the aligned address at or below the first block it
@@ -16,23 +16,43 @@
 // of padding (the host side allocates it) and must start 16-byte aligned.
 //
 // Decoding: LANES lanes share one block, each taking EPL consecutive elements, so the lanes of a
-// warp read consecutive x values (coalesced float4 loads) and consecutive quant bytes.
+// warp read consecutive x values (coalesced float4 loads) and consecutive quant bytes. The
+// x values are loaded once and used for all ROWS_PER_WARP rows: x is read from L1 far more
+// often than weights from memory, and L1 bandwidth is shared with the staging window.
 
-#define ROWS_PER_BLOCK 4
+#define WARPS_PER_BLOCK 4
+#define ROWS_PER_WARP 2
 #define WINDOW_BYTES 2048
 #define WINDOW_VECS (WINDOW_BYTES / 16)
 #define VECS_PER_LANE (WINDOW_VECS / WARP_SIZE)
 
+// Small integers to f32 without the (1/8-rate) integer-to-float conversion: a byte placed in
+// the mantissa of 2^23 gives the float 2^23 + byte exactly, and subtracting 2^23 + offset
+// (exact too) leaves byte - offset. `k` must be a compile-time constant (unrolled loops).
+#define MAGIC 8388608.0f
+__device__ __forceinline__ float byte_plus_magic(u32 w, int k) {
+    return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7440 | k));
+}
+
+// 4 bytes at a 2-byte aligned shared-memory address (block fields are only 2-byte aligned).
+__device__ __forceinline__ u32 load_u32_a2(const u8* p) {
+    const u16* h = reinterpret_cast<const u16*>(p);
+    return (u32)h[0] | ((u32)h[1] << 16);
+}
+
+// Each block type: BYTES per block, QK elements, LANES lanes per block, EPL elements per lane,
+// HAS_MIN when the dot needs the sum of its x values, and dot(): the lane's share of
+// block · x, with its EPL x values (and their sum) already in registers.
+
 // Q8_0: d (f16) | qs[32] (i8).  x = d * q.
 struct BlockQ8_0 {
     static const int BYTES = 34, QK = 32, LANES = 8, EPL = 4;
-    __device__ static __forceinline__ float dot(const u8* b, const float* x, int sub) {
-        const i8* q = reinterpret_cast<const i8*>(b + 2) + 4 * sub;
-        const float4 xv = *reinterpret_cast<const float4*>(x);
-        float s = (float)q[0] * xv.x;
-        s = fmaf((float)q[1], xv.y, s);
-        s = fmaf((float)q[2], xv.z, s);
-        s = fmaf((float)q[3], xv.w, s);
+    static const bool HAS_MIN = false;
+    __device__ static __forceinline__ float dot(const u8* b, const float* xs, float, int sub) {
+        const u32 w = load_u32_a2(b + 2 + 4 * sub) ^ 0x80808080u;  // q + 128, unsigned
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) s = fmaf(byte_plus_magic(w, k) - (MAGIC + 128.f), xs[k], s);
         return load_half(b) * s;
     }
 };
@@ -41,14 +61,12 @@ struct BlockQ8_0 {
 // x = d * (q - 8).
 struct BlockQ4_0 {
     static const int BYTES = 18, QK = 32, LANES = 8, EPL = 4;
-    __device__ static __forceinline__ float dot(const u8* b, const float* x, int sub) {
-        const u8* qs = b + 2 + 4 * (sub & 3);
-        const int shift = 4 * (sub >> 2);
-        const float4 xv = *reinterpret_cast<const float4*>(x);
-        float s = (float)(((qs[0] >> shift) & 15) - 8) * xv.x;
-        s = fmaf((float)(((qs[1] >> shift) & 15) - 8), xv.y, s);
-        s = fmaf((float)(((qs[2] >> shift) & 15) - 8), xv.z, s);
-        s = fmaf((float)(((qs[3] >> shift) & 15) - 8), xv.w, s);
+    static const bool HAS_MIN = false;
+    __device__ static __forceinline__ float dot(const u8* b, const float* xs, float, int sub) {
+        const u32 w = (load_u32_a2(b + 2 + 4 * (sub & 3)) >> (4 * (sub >> 2))) & 0x0F0F0F0Fu;
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) s = fmaf(byte_plus_magic(w, k) - (MAGIC + 8.f), xs[k], s);
         return load_half(b) * s;
     }
 };
@@ -57,7 +75,9 @@ struct BlockQ4_0 {
 // Group g (32 elements) uses nibble g % 2 of qs[32 * (g / 2) ..]; x = d*sc*q - dmin*m.
 struct BlockQ4_K {
     static const int BYTES = 144, QK = 256, LANES = 32, EPL = 8;
-    __device__ static __forceinline__ float dot(const u8* b, const float* x, int lane) {
+    static const bool HAS_MIN = true;
+    __device__ static __forceinline__ float dot(const u8* b, const float* xs, float sx,
+                                                int lane) {
         const int g = lane >> 2;
         const u8* sc = b + 4;
         int scale, min;
@@ -68,16 +88,16 @@ struct BlockQ4_K {
             scale = (sc[g + 4] & 15) | ((sc[g - 4] >> 6) << 4);
             min = (sc[g + 4] >> 4) | ((sc[g] >> 6) << 4);
         }
-        const u8* qs = b + 16 + 32 * (g >> 1) + 8 * (lane & 3);
+        // NOTE: 144-byte blocks keep every row 16-byte aligned, so the window holds blocks at
+        // 16-byte boundaries and this 8-byte load is aligned.
+        const uint2 q8 = *reinterpret_cast<const uint2*>(b + 16 + 32 * (g >> 1) + 8 * (lane & 3));
         const int shift = 4 * (g & 1);
-        const float4 x0 = *reinterpret_cast<const float4*>(x);
-        const float4 x1 = *reinterpret_cast<const float4*>(x + 4);
-        const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        float sq = 0.f, sx = 0.f;
+        const u32 w0 = (q8.x >> shift) & 0x0F0F0F0Fu, w1 = (q8.y >> shift) & 0x0F0F0F0Fu;
+        float sq = 0.f;
 #pragma unroll
-        for (int t = 0; t < 8; ++t) {
-            sq = fmaf((float)((qs[t] >> shift) & 15), xs[t], sq);
-            sx += xs[t];
+        for (int k = 0; k < 4; ++k) {
+            sq = fmaf(byte_plus_magic(w0, k) - MAGIC, xs[k], sq);
+            sq = fmaf(byte_plus_magic(w1, k) - MAGIC, xs[k + 4], sq);
         }
         const float dl = load_half(b) * (float)scale;
         const float ml = load_half(b + 2) * (float)min;
@@ -90,87 +110,129 @@ struct BlockQ4_K {
 // x = d * scale[i / 16] * (q - 32).
 struct BlockQ6_K {
     static const int BYTES = 210, QK = 256, LANES = 32, EPL = 8;
-    __device__ static __forceinline__ float dot(const u8* b, const float* x, int lane) {
+    static const bool HAS_MIN = false;
+    __device__ static __forceinline__ float dot(const u8* b, const float* xs, float, int lane) {
         const int n = lane >> 4, s = (lane >> 2) & 3, l = 8 * (lane & 3);
         const u8* ql = b + 64 * n + 32 * (s & 1) + l;
         const u8* qh = b + 128 + 32 * n + l;
         const int lshift = 4 * (s >> 1), hshift = 2 * s;
-        const float4 x0 = *reinterpret_cast<const float4*>(x);
-        const float4 x1 = *reinterpret_cast<const float4*>(x + 4);
-        const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
         float sq = 0.f;
 #pragma unroll
-        for (int t = 0; t < 8; ++t) {
-            const int q = ((ql[t] >> lshift) & 15) | (((qh[t] >> hshift) & 3) << 4);
-            sq = fmaf((float)(q - 32), xs[t], sq);
+        for (int half = 0; half < 2; ++half) {
+            const u32 lo = (load_u32_a2(ql + 4 * half) >> lshift) & 0x0F0F0F0Fu;
+            const u32 hi = ((load_u32_a2(qh + 4 * half) >> hshift) & 0x03030303u) << 4;
+            const u32 w = lo | hi;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                sq = fmaf(byte_plus_magic(w, k) - (MAGIC + 32.f), xs[4 * half + k], sq);
+            }
         }
         const float scale = (float)reinterpret_cast<const i8*>(b + 192)[lane >> 1];
         return load_half(b + 208) * scale * sq;
     }
 };
 
+// ROWS_PER_WARP rows per warp: the x values (and their sums) a lane loads serve every row.
 template <class B>
 __device__ __forceinline__ void gemv_rows(const u8* __restrict__ w, const float* __restrict__ x,
                                           float* __restrict__ y, int n_rows, int n_cols) {
-    __shared__ uint4 window[ROWS_PER_BLOCK][WINDOW_VECS];
+    __shared__ uint4 window[WARPS_PER_BLOCK][ROWS_PER_WARP][WINDOW_VECS];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int row = blockIdx.x * ROWS_PER_BLOCK + warp;
+    const int row0 = (blockIdx.x * WARPS_PER_BLOCK + warp) * ROWS_PER_WARP;
     // NOTE: a whole warp leaves together and no block-wide barrier follows, so this is safe.
-    if (row >= n_rows) return;
+    if (row0 >= n_rows) return;
     const int n_blocks = n_cols / B::QK;
-    const u8* row_ptr = w + (size_t)row * n_blocks * B::BYTES;
-    uint4* win = window[warp];
-    const u8* win_bytes = reinterpret_cast<const u8*>(win);
+    const u8* rows[ROWS_PER_WARP];
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+        // Rows past the end repeat the last row (computed, never written).
+        rows[r] = w + (size_t)min(row0 + r, n_rows - 1) * n_blocks * B::BYTES;
+    }
     const int lane_block = lane / B::LANES, sub = lane % B::LANES;
     const int blocks_per_step = WARP_SIZE / B::LANES;
-    float acc = 0.f;
-    for (int b0 = 0; b0 < n_blocks;) {
-        const u8* start = row_ptr + (size_t)b0 * B::BYTES;
-        const uint4* aligned = reinterpret_cast<const uint4*>(
-            reinterpret_cast<size_t>(start) & ~(size_t)15);
-        const int skew = (int)(start - reinterpret_cast<const u8*>(aligned));
-        const int nb = min((WINDOW_BYTES - skew) / B::BYTES, n_blocks - b0);
-        const int n_vecs = (skew + nb * B::BYTES + 15) / 16;
-        // All loads first, then all stores: VECS_PER_LANE independent loads in flight per lane.
-        uint4 staged[VECS_PER_LANE];
+    // Every row of the warp stages the same blocks; room for the worst skew of 15 bytes.
+    const int blocks_per_window = (WINDOW_BYTES - 15) / B::BYTES;
+    float acc[ROWS_PER_WARP];
 #pragma unroll
-        for (int k = 0; k < VECS_PER_LANE; ++k) {
-            const int v = lane + k * WARP_SIZE;
-            if (v < n_vecs) staged[k] = aligned[v];
+    for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] = 0.f;
+    for (int b0 = 0; b0 < n_blocks; b0 += blocks_per_window) {
+        const int nb = min(blocks_per_window, n_blocks - b0);
+        int skew[ROWS_PER_WARP];
+        uint4 staged[ROWS_PER_WARP][VECS_PER_LANE];
+        // All loads first, then all stores: every load of the window in flight at once.
+#pragma unroll
+        for (int r = 0; r < ROWS_PER_WARP; ++r) {
+            const u8* start = rows[r] + (size_t)b0 * B::BYTES;
+            const uint4* aligned = reinterpret_cast<const uint4*>(
+                reinterpret_cast<size_t>(start) & ~(size_t)15);
+            skew[r] = (int)(start - reinterpret_cast<const u8*>(aligned));
+            const int n_vecs = (skew[r] + nb * B::BYTES + 15) / 16;
+#pragma unroll
+            for (int k = 0; k < VECS_PER_LANE; ++k) {
+                const int v = lane + k * WARP_SIZE;
+                if (v < n_vecs) staged[r][k] = aligned[v];
+            }
         }
 #pragma unroll
-        for (int k = 0; k < VECS_PER_LANE; ++k) {
-            const int v = lane + k * WARP_SIZE;
-            if (v < n_vecs) win[v] = staged[k];
+        for (int r = 0; r < ROWS_PER_WARP; ++r) {
+            const int n_vecs = (skew[r] + nb * B::BYTES + 15) / 16;
+#pragma unroll
+            for (int k = 0; k < VECS_PER_LANE; ++k) {
+                const int v = lane + k * WARP_SIZE;
+                if (v < n_vecs) window[warp][r][v] = staged[r][k];
+            }
         }
         __syncwarp();
-        const float* xb = x + (size_t)b0 * B::QK + sub * B::EPL;
         for (int b = lane_block; b < nb; b += blocks_per_step) {
-            acc += B::dot(win_bytes + skew + b * B::BYTES, xb + (size_t)b * B::QK, sub);
+            const float4* xv =
+                reinterpret_cast<const float4*>(x + (size_t)(b0 + b) * B::QK + sub * B::EPL);
+            float xs[B::EPL];
+#pragma unroll
+            for (int i = 0; i < B::EPL / 4; ++i) {
+                const float4 v = xv[i];
+                xs[4 * i] = v.x;
+                xs[4 * i + 1] = v.y;
+                xs[4 * i + 2] = v.z;
+                xs[4 * i + 3] = v.w;
+            }
+            float sx = 0.f;
+            if (B::HAS_MIN) {
+#pragma unroll
+                for (int i = 0; i < B::EPL; ++i) sx += xs[i];
+            }
+#pragma unroll
+            for (int r = 0; r < ROWS_PER_WARP; ++r) {
+                const u8* blk = reinterpret_cast<const u8*>(window[warp][r]) + skew[r];
+                acc[r] += B::dot(blk + b * B::BYTES, xs, sx, sub);
+            }
         }
         __syncwarp();
-        b0 += nb;
     }
-    acc = warp_sum(acc);
-    if (lane == 0) y[row] = acc;
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0 && row0 + r < n_rows) y[row0 + r] = v;
+    }
 }
 
-extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * WARP_SIZE)
+#define GEMV_THREADS (WARPS_PER_BLOCK * WARP_SIZE)
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q8_0(const u8* w, const float* x, float* y, int n_rows, int n_cols) {
     gemv_rows<BlockQ8_0>(w, x, y, n_rows, n_cols);
 }
 
-extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * WARP_SIZE)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q4_0(const u8* w, const float* x, float* y, int n_rows, int n_cols) {
     gemv_rows<BlockQ4_0>(w, x, y, n_rows, n_cols);
 }
 
-extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * WARP_SIZE)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q4_k(const u8* w, const float* x, float* y, int n_rows, int n_cols) {
     gemv_rows<BlockQ4_K>(w, x, y, n_rows, n_cols);
 }
 
-extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * WARP_SIZE)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q6_k(const u8* w, const float* x, float* y, int n_rows, int n_cols) {
     gemv_rows<BlockQ6_K>(w, x, y, n_rows, n_cols);
 }
@@ -190,11 +252,11 @@ __device__ __forceinline__ float dot8_f16(uint4 w, float4 a, float4 b) {
 
 // F16 rows are 16-byte aligned when n_cols % 8 == 0 (the host checks), so they are read in
 // place: 4 independent 16-byte loads per lane per iteration, consecutive across the warp.
-extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * WARP_SIZE)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_f16(const u8* __restrict__ w, const float* __restrict__ x, float* __restrict__ y,
          int n_rows, int n_cols) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int row = blockIdx.x * ROWS_PER_BLOCK + warp;
+    const int row = blockIdx.x * WARPS_PER_BLOCK + warp;
     if (row >= n_rows) return;
     const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * n_cols * 2);
     const float4* x4 = reinterpret_cast<const float4*>(x);

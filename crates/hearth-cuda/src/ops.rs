@@ -16,8 +16,10 @@ pub const GEMV_TYPES: [GgmlType; 5] = [
     GgmlType::Q6_K,
 ];
 
-/// Output rows per thread block of the GEMV kernels (one warp each); kernels/gemv.cu agrees.
-const GEMV_ROWS_PER_BLOCK: u32 = 4;
+/// Warps per thread block of the GEMV kernels and output rows per warp (F16 kernel: one row
+/// per warp); kernels/gemv.cu agrees.
+const GEMV_WARPS_PER_BLOCK: u32 = 4;
+const GEMV_ROWS_PER_WARP: u32 = 2;
 const NORM_THREADS: u32 = 256;
 const ARGMAX_THREADS: u32 = 1024;
 
@@ -79,9 +81,14 @@ impl CudaDevice {
             as_i32(op, "rows", w.n_rows)?,
             as_i32(op, "columns", w.n_cols)?,
         );
+        let rows_per_warp = if w.ty == GgmlType::F16 {
+            1
+        } else {
+            GEMV_ROWS_PER_WARP
+        };
         let cfg = LaunchConfig {
-            grid_dim: (grid(w.n_rows, GEMV_ROWS_PER_BLOCK), 1, 1),
-            block_dim: (GEMV_ROWS_PER_BLOCK * 32, 1, 1),
+            grid_dim: (grid(w.n_rows, GEMV_WARPS_PER_BLOCK * rows_per_warp), 1, 1),
+            block_dim: (GEMV_WARPS_PER_BLOCK * 32, 1, 1),
             shared_mem_bytes: 0,
         };
         let f = self.function(name)?;
