@@ -552,10 +552,13 @@ fn a_client_that_goes_away_cancels_its_generation() {
     let server = server();
     let cancelled = "hearth_cancelled_requests_total";
     let before = server.metric(cancelled);
+    // Greedy, this prompt repeats itself without an end-of-generation token, so only the
+    // context (512 tokens here) would end it.
+    let (prompt, _, _) = golden();
     let r = post(
         &server,
         "/api/generate",
-        &json!({"model": MODEL, "prompt": "Count to a thousand:", "raw": true, "options": {"num_predict": -1}}),
+        &json!({"model": MODEL, "prompt": prompt, "raw": true, "options": greedy(-1)}),
     );
     let mut reader = BufReader::new(r);
     let mut first = String::new();
@@ -580,7 +583,7 @@ fn a_client_that_goes_away_cancels_its_generation() {
         .unwrap();
     let r = impatient
         .post(server.url("/api/generate"))
-        .body(json!({"model": MODEL, "prompt": "Count to a thousand:", "raw": true, "stream": false, "options": {"num_predict": -1}}).to_string())
+        .body(json!({"model": MODEL, "prompt": prompt, "raw": true, "stream": false, "options": greedy(-1)}).to_string())
         .send();
     assert!(
         r.is_err(),

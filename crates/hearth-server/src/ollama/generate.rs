@@ -11,8 +11,9 @@ use hearth_tokenizer::ChatMessage;
 use serde_json::Value;
 
 use super::body::{kind, Body};
+use super::lines::Line;
 use super::options::RequestOptions;
-use super::stream::{self, status_line, Api, Job};
+use super::stream::{self, Api, Job};
 use crate::app::AppState;
 use crate::error::{ApiError, OllamaError};
 use crate::models::KeepAlive;
@@ -66,10 +67,10 @@ pub async fn load_or_unload(
     }
     if keep_alive == Some(KeepAlive::For(std::time::Duration::ZERO)) {
         state.models.unload(model).await;
-        return Ok(Json(status_line(api, model, "unload")).into_response());
+        return Ok(Json(Line::status(api, model, "unload")).into_response());
     }
     state.models.get(model, keep_alive).await?;
-    Ok(Json(status_line(api, model, "load")).into_response())
+    Ok(Json(Line::status(api, model, "load")).into_response())
 }
 
 /// `context`: token ids an earlier reply returned.

@@ -7,6 +7,7 @@ mod chat;
 mod digest;
 mod generate;
 mod gguf_facts;
+mod lines;
 mod listing;
 mod options;
 mod stream;

@@ -9,30 +9,15 @@ use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+pub use super::lines::Api;
+use super::lines::{Counts, Line};
 use super::options::RequestOptions;
-use super::timestamp;
 use crate::error::ApiError;
 use crate::generation::{collect, log_generation, max_new_tokens, request_id, submit, Generation};
 use crate::runner::{Event, RunnerHandle, Summary};
-
-/// Which endpoint a reply is for: chat lines carry `message`, generate lines `response`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Api {
-    Chat,
-    Generate,
-}
-
-impl Api {
-    fn endpoint(self) -> &'static str {
-        match self {
-            Api::Chat => "/api/chat",
-            Api::Generate => "/api/generate",
-        }
-    }
-}
 
 /// A validated request, ready to run.
 pub struct Job {
@@ -49,7 +34,7 @@ pub struct Job {
     pub load_duration: Duration,
 }
 
-/// The shape of every line of one reply.
+/// What every line of one reply shares.
 #[derive(Clone)]
 struct Reply {
     api: Api,
@@ -60,51 +45,26 @@ struct Reply {
 
 impl Reply {
     /// A line with (part of) the text, `done: false`.
-    fn line(&self, text: &str) -> Value {
-        text_line(self.api, &self.model, text)
+    fn line(&self, text: &str) -> Bytes {
+        Bytes::from(Line::text(self.api, &self.model, text).ndjson())
     }
 
-    /// The last line: `done: true`, why it ended, counts and timings (ns); generate's adds
-    /// `context` (prompt and generated token ids) for a follow-up request.
-    fn last_line(&self, text: &str, s: &Summary, context: Option<&[u32]>) -> Value {
-        let mut v = self.line(text);
-        v["done"] = json!(true);
-        v["done_reason"] = json!(s.finish.as_str());
-        if let Some(context) = context {
-            v["context"] = json!(context);
+    /// The last line (or the whole reply): `done: true`, why it ended, counts and timings;
+    /// generate's adds `context` (prompt and generated token ids) for a follow-up request.
+    fn last_line<'a>(
+        &'a self,
+        text: &'a str,
+        s: &'a Summary,
+        context: Option<&'a [u32]>,
+    ) -> Line<'a> {
+        Line {
+            done: true,
+            done_reason: Some(s.finish.as_str()),
+            context,
+            counts: Some(Counts::new(s, self.started.elapsed(), self.load_duration)),
+            ..Line::text(self.api, &self.model, text)
         }
-        v["total_duration"] = json!(nanos(self.started.elapsed()));
-        v["load_duration"] = json!(nanos(self.load_duration));
-        v["prompt_eval_count"] = json!(s.n_prompt);
-        v["prompt_eval_duration"] = json!(nanos(s.prompt_time));
-        v["eval_count"] = json!(s.n_generated);
-        v["eval_duration"] = json!(nanos(s.gen_time));
-        v
     }
-}
-
-/// A line with `text`, `done: false`.
-fn text_line(api: Api, model: &str, text: &str) -> Value {
-    let mut v = json!({"model": model, "created_at": timestamp(chrono::Utc::now())});
-    match api {
-        Api::Chat => v["message"] = json!({"role": "assistant", "content": text}),
-        Api::Generate => v["response"] = json!(text),
-    }
-    v["done"] = json!(false);
-    v
-}
-
-/// The whole reply to a request that only loads or unloads a model (`reason` is `load` or
-/// `unload`).
-pub fn status_line(api: Api, model: &str, reason: &str) -> Value {
-    let mut v = text_line(api, model, "");
-    v["done"] = json!(true);
-    v["done_reason"] = json!(reason);
-    v
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// How many tokens the job may generate, honouring a per-request `num_ctx`.
@@ -189,7 +149,7 @@ async fn next_line(mut live: Live) -> Option<(Result<Bytes, Infallible>, Live)> 
     if live.done {
         return None;
     }
-    let line = loop {
+    let line: Bytes = loop {
         match live.events.recv().await {
             Some(Event::Chunk(c)) => {
                 if let Some(context) = live.context.as_mut() {
@@ -204,24 +164,24 @@ async fn next_line(mut live: Live) -> Option<(Result<Bytes, Infallible>, Live)> 
                 live.done = true;
                 let r = &live.reply;
                 log_generation(&live.id, r.api.endpoint(), &r.model, &summary);
-                break r.last_line("", &summary, live.context.as_deref());
+                break Bytes::from(r.last_line("", &summary, live.context.as_deref()).ndjson());
             }
             Some(Event::Error(message)) => {
                 live.done = true;
-                break json!({ "error": message });
+                break error_line(&message);
             }
             None => {
                 live.done = true;
-                break json!({"error": "the model's runner stopped before the generation finished"});
+                break error_line("the model's runner stopped before the generation finished");
             }
         }
     };
-    Some((Ok(ndjson(&line)), live))
+    Some((Ok(line), live))
 }
 
-/// One NDJSON line.
-pub fn ndjson(v: &Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(v).unwrap_or_default();
+/// An error after the reply began: Ollama's clients read a line `{"error": "..."}`.
+fn error_line(message: &str) -> Bytes {
+    let mut bytes = serde_json::to_vec(&json!({ "error": message })).unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
 }
@@ -231,6 +191,7 @@ mod tests {
     use super::*;
     use crate::runner::{Chunk, Finish};
     use futures_util::StreamExt;
+    use serde_json::Value;
     use tokio::sync::mpsc;
 
     fn live(api: Api, events: UnboundedReceiver<Event>) -> Live {
