@@ -101,6 +101,13 @@ def main():
     except ollama.ResponseError as e:
         check("bad option raises", e.status_code == 400 and "num_predict" in e.error, e)
 
+    unloaded = client.chat(model=MODEL, messages=[], keep_alive=0)
+    check("unload", unloaded.done_reason == "unload", unloaded)
+    check("ps after unload", client.ps().models == [], client.ps())
+    loaded = client.generate(model=MODEL, keep_alive="10m")
+    check("load", loaded.done_reason == "load" and loaded.response == "", loaded)
+    check("ps after load", [m.model for m in client.ps().models] == [MODEL + ":latest"])
+
     print("all checks passed")
 
 
