@@ -346,7 +346,7 @@ fn chat_streams_and_answers_whole() {
 }
 
 #[test]
-fn load_unload_and_listings() {
+fn load_and_unload() {
     let server = TestServer::start(&[smollm2().to_str().unwrap(), "--ctx-size", "512", "--lazy"]);
     let size = std::fs::metadata(smollm2()).unwrap().len();
     assert_eq!(get_json(&server, "/api/ps"), json!({"models": []}));
@@ -387,7 +387,12 @@ fn load_unload_and_listings() {
     assert_eq!(v["done_reason"], "unload");
     assert_eq!(v["message"], json!({"role": "assistant", "content": ""}));
     assert_eq!(get_json(&server, "/api/ps"), json!({"models": []}));
+}
 
+#[test]
+fn listings_describe_the_model() {
+    let server = server();
+    let size = std::fs::metadata(smollm2()).unwrap().len();
     let tags = get_json(&server, "/api/tags");
     let t = &tags["models"][0];
     assert_eq!(tags["models"].as_array().unwrap().len(), 1);
@@ -455,7 +460,11 @@ fn load_unload_and_listings() {
             .len(),
         n_vocab
     );
+}
 
+#[test]
+fn version_and_root_answer() {
+    let server = server();
     let v = get_json(&server, "/api/version");
     assert_eq!(v, json!({"version": env!("CARGO_PKG_VERSION")}));
     let r = reqwest::blocking::get(server.url("/")).unwrap();
