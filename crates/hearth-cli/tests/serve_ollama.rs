@@ -410,6 +410,12 @@ fn listings_describe_the_model() {
         digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
         "{digest}"
     );
+    // The same file keeps its digest, in every listing.
+    assert_eq!(
+        get_json(&server, "/api/tags")["models"][0]["digest"],
+        digest
+    );
+    assert_eq!(get_json(&server, "/api/ps")["models"][0]["digest"], digest);
     let n_params: u64 = GgufFile::open(smollm2())
         .unwrap()
         .tensors()
