@@ -364,6 +364,7 @@ fn load_and_unload() {
         (m["size"].as_u64(), m["size_vram"].as_u64()),
         (Some(size), Some(0))
     );
+    assert_eq!(m["context_length"], 512);
     // The server keeps models forever by default: Ollama's farthest time, in 2300-something.
     assert!(m["expires_at"].as_str().unwrap().starts_with("23"), "{m}");
 

@@ -124,6 +124,8 @@ pub struct ModelListing {
     pub modified: SystemTime,
     /// When it is loaded: when it will unload (`None` = never).
     pub loaded: Option<Option<Instant>>,
+    /// When it is loaded: its context size in tokens.
+    pub context_length: Option<usize>,
 }
 
 struct Slot {
@@ -315,7 +317,10 @@ impl ModelManager {
         let mut out = Vec::with_capacity(self.slots.len());
         for slot in &self.slots {
             let meta = std::fs::metadata(&slot.spec.path).ok();
-            let loaded = slot.state.lock().await.as_ref().map(Loaded::expires);
+            let state = slot.state.lock().await;
+            let loaded = state.as_ref().map(Loaded::expires);
+            let context_length = state.as_ref().map(|l| l.handle.info().n_ctx);
+            drop(state);
             out.push(ModelListing {
                 name: slot.spec.name.clone(),
                 path: slot.spec.path.clone(),
@@ -324,6 +329,7 @@ impl ModelManager {
                     .and_then(|m| m.modified().ok())
                     .unwrap_or(SystemTime::UNIX_EPOCH),
                 loaded,
+                context_length,
             });
         }
         out

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::body::Body;
-use super::digest::sha256_hex;
+use sha2::{Digest, Sha256};
 use super::gguf_facts::GgufFacts;
 use super::{tagged_name, timestamp};
 use crate::app::AppState;
@@ -34,7 +34,8 @@ fn digest(m: &ModelListing) -> String {
         .modified
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    sha256_hex(format!("{}\0{}\0{mtime}", m.name, m.size).as_bytes())
+    let hash = Sha256::digest(format!("{}\0{}\0{mtime}", m.name, m.size).as_bytes());
+    hash.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn utc(t: SystemTime) -> String {
@@ -74,6 +75,7 @@ pub async fn ps(State(state): State<AppState>) -> Result<Json<Value>, OllamaErro
             "details": facts.details(),
             "expires_at": expires_at(expiry),
             "size_vram": 0,
+            "context_length": m.context_length,
         }));
     }
     Ok(Json(json!({ "models": models })))

@@ -4,7 +4,6 @@
 
 mod body;
 mod chat;
-mod digest;
 mod generate;
 mod gguf_facts;
 mod lines;
