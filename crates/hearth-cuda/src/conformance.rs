@@ -243,10 +243,12 @@ pub fn argmax_rows(n_cols: usize, rng: &mut impl Rng) -> Vec<Vec<f32>> {
 }
 
 /// Argmax over [`argmax_rows`], exact against the CPU sampler's argmax: the error is the
-/// number of rows that differ, and the bound 0.
+/// number of rows that differ, and the bound 0. With `plan`, one row (the decode case) is
+/// timed.
 pub fn check_argmax(
     dev: &CudaDevice,
     n_cols: usize,
+    plan: Option<&TimingPlan>,
     rng: &mut impl Rng,
 ) -> Result<CaseResult, CudaError> {
     let rows = argmax_rows(n_cols, rng);
@@ -264,12 +266,27 @@ pub fn check_argmax(
         .zip(&got)
         .filter(|(row, &g)| hearth_sampler::argmax(row) != g)
         .count();
+    let timing = match plan {
+        Some(plan) => {
+            let one = TimingPlan {
+                rotate_bytes: 0,
+                ..*plan
+            };
+            let seconds =
+                median_launch_time(dev, &one, |_| dev.argmax(&logits, 1, n_cols, &mut out))?;
+            Some(Timing {
+                seconds,
+                bytes: n_cols * 4,
+            })
+        }
+        None => None,
+    };
     Ok(CaseResult {
         op: "argmax",
         dtype: "F32".into(),
         shape: format!("{}x{n_cols}", rows.len()),
         error: wrong as f64,
         bound: 0.0,
-        timing: None,
+        timing,
     })
 }
