@@ -28,6 +28,7 @@ extern "C" __global__ void rms_norm_f32(const float* __restrict__ x, const float
 }
 
 #define NO_INDEX 0x7fffffff
+#define ARGMAX_LOADS 4
 
 // Keeps (v, i) if it beats (best, best_i): larger, or equal with a lower index. NaN never wins
 // (both comparisons are false for it), matching the CPU sampler's argmax.
@@ -48,7 +49,32 @@ extern "C" __global__ void argmax_f32(const float* __restrict__ logits, u32* __r
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     float best = __int_as_float(0xff800000);  // -inf
     int best_i = NO_INDEX;
-    for (int i = threadIdx.x; i < n_cols; i += blockDim.x) keep_better(best, best_i, r[i], i);
+    if (n_cols % 4 == 0) {
+        // Rows of whole float4s (every real vocabulary): ARGMAX_LOADS independent 16-byte
+        // loads per thread in flight, so one SM streams a 600 KB row at a useful rate.
+        const float4* r4 = reinterpret_cast<const float4*>(r);
+        const int n4 = n_cols / 4;
+        for (int i0 = threadIdx.x; i0 < n4; i0 += ARGMAX_LOADS * blockDim.x) {
+            float4 v[ARGMAX_LOADS];
+#pragma unroll
+            for (int k = 0; k < ARGMAX_LOADS; ++k) {
+                const int i = i0 + k * blockDim.x;
+                if (i < n4) v[k] = r4[i];
+            }
+#pragma unroll
+            for (int k = 0; k < ARGMAX_LOADS; ++k) {
+                const int i = i0 + k * blockDim.x;
+                if (i < n4) {
+                    keep_better(best, best_i, v[k].x, 4 * i);
+                    keep_better(best, best_i, v[k].y, 4 * i + 1);
+                    keep_better(best, best_i, v[k].z, 4 * i + 2);
+                    keep_better(best, best_i, v[k].w, 4 * i + 3);
+                }
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < n_cols; i += blockDim.x) keep_better(best, best_i, r[i], i);
+    }
 #pragma unroll
     for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
         const float v = __shfl_xor_sync(FULL_MASK, best, offset);
