@@ -3,6 +3,8 @@
 //! - [`blocks`]: `#[repr(C)]` block structs, byte-exact with GGUF files.
 //! - [`dequantize_row`]: scalar reference dequantization, bit-exact with ggml.
 //! - [`quantize_row_q8_0`] and friends: activation quantization, rounding as ggml does.
+//! - [`quantize_row`], [`choose_types`], [`convert_tensors`]: weight quantization with the bytes
+//!   and per-tensor type mixes of llama.cpp's `llama-quantize`.
 //! - [`vec_dot`]: one weight row · one activation row, with AVX2 / AVX-512 VNNI kernels picked
 //!   at run time and scalar references ([`dot::scalar`]) everywhere else.
 //! - [`matmul`]: the engine's entry point, quantizing activations once and splitting rows over
@@ -15,6 +17,7 @@ pub mod dot;
 mod error;
 mod f16_conv;
 mod matmul;
+mod quantize;
 mod quantize_act;
 #[cfg(target_arch = "x86_64")]
 mod quantize_simd;
@@ -26,6 +29,10 @@ pub use dot::{vec_dot, vec_dot_reference, vec_dot_type};
 pub use error::QuantError;
 pub use f16_conv::{f16_to_f32_slice, f32_to_f16_slice};
 pub use matmul::{dequantize_rows, matmul, matmul_activation_type, supports_matmul, WeightMatrix};
+pub use quantize::{
+    choose_types, convert_tensor, convert_tensors, is_quantizable, quantize_row, supports_quantize,
+    MixError, ModelShape, Preset, TensorJob, TensorSpec, TypeChoice, QUANTIZATION_VERSION,
+};
 pub use quantize_act::{
     quantize_activations, quantize_row_q8_0, quantize_row_q8_1, quantize_row_q8_k,
 };
