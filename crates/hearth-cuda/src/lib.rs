@@ -21,5 +21,4 @@ pub use compile::{compile_cubin, nvrtc_version, KERNEL_SOURCE};
 pub use device::{CudaDevice, KernelOrigin, QuantMatrix};
 pub use error::CudaError;
 pub use ops::{gemv_supported, GEMV_TYPES};
-pub use probe::CudaUnavailable;
-pub use probe::{probe, probe_device, GpuInfo};
+pub use probe::{probe, probe_device, CudaUnavailable, GpuInfo};
