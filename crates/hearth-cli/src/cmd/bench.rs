@@ -2,7 +2,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use hearth_engine::{Engine, Sequence};
+use hearth_engine::{Engine, SeqStep, Sequence};
 use serde::Serialize;
 
 use super::run::LoadArgs;
@@ -20,6 +20,10 @@ pub struct BenchArgs {
     /// Repetitions of each test
     #[arg(short = 'r', long, default_value_t = 3)]
     repetitions: usize,
+    /// Sequences generating together in the generation test, one batched step per token
+    /// (as the server runs them); tg then reports their combined tokens per second
+    #[arg(long, default_value_t = 1)]
+    parallel: usize,
     #[command(flatten)]
     load: LoadArgs,
     /// One JSON object on standard output instead of a table
@@ -36,6 +40,7 @@ struct BenchReport {
     pp_tokens: usize,
     pp_tok_s: Stat,
     tg_tokens: usize,
+    tg_parallel: usize,
     tg_tok_s: Stat,
     peak_rss_mib: f64,
 }
@@ -76,9 +81,13 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     if a.repetitions == 0 || a.n_prompt + a.n_gen == 0 {
         anyhow::bail!("nothing to measure: repetitions, --n-prompt and --n-gen are zero");
     }
+    if a.parallel == 0 {
+        anyhow::bail!("--parallel must be at least 1");
+    }
     let mut opts = a.load.options(None);
     opts.n_ctx = opts.n_ctx.max(a.n_prompt + a.n_gen + 1);
     opts.n_batch = opts.n_batch.max(a.n_prompt);
+    opts.n_kv_tokens = opts.n_ctx.max(a.parallel * (a.n_gen + 32));
     let t0 = Instant::now();
     let mut engine = Engine::load(&a.model, &opts)?;
     let load_s = t0.elapsed().as_secs_f64();
@@ -100,14 +109,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             engine.release(&mut seq);
         }
         if a.n_gen > 0 {
-            let tokens = bench_tokens(a.n_gen, n_vocab);
-            let mut seq = Sequence::new();
-            let t = Instant::now();
-            for &tok in &tokens {
-                engine.step(&mut seq, &[tok])?;
-            }
-            tg.push(a.n_gen as f64 / t.elapsed().as_secs_f64());
-            engine.release(&mut seq);
+            tg.push(generation_test(&mut engine, a.n_gen, a.parallel)?);
         }
     }
     let report = BenchReport {
@@ -118,6 +120,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         pp_tokens: a.n_prompt,
         pp_tok_s: Stat::of(&pp),
         tg_tokens: a.n_gen,
+        tg_parallel: a.parallel,
         tg_tok_s: Stat::of(&tg),
         peak_rss_mib: peak_rss_mib(),
     };
@@ -131,13 +134,43 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             "pp{:<7} {:.1} ± {:.1} tok/s",
             report.pp_tokens, report.pp_tok_s.mean, report.pp_tok_s.stddev
         );
+        let label = match report.tg_parallel {
+            1 => format!("tg{}", report.tg_tokens),
+            n => format!("tg{}x{n}", report.tg_tokens),
+        };
         println!(
-            "tg{:<7} {:.1} ± {:.1} tok/s",
-            report.tg_tokens, report.tg_tok_s.mean, report.tg_tok_s.stddev
+            "{label:<9}  {:.1} ± {:.1} tok/s",
+            report.tg_tok_s.mean, report.tg_tok_s.stddev
         );
         println!("peak RSS   {:.1} MiB", report.peak_rss_mib);
     }
     Ok(())
+}
+
+/// `n_gen` single-token steps of `parallel` sequences at once; returns their combined tokens
+/// per second.
+fn generation_test(engine: &mut Engine, n_gen: usize, parallel: usize) -> anyhow::Result<f64> {
+    let n_vocab = engine.n_vocab();
+    let tokens = bench_tokens(n_gen + parallel, n_vocab);
+    let mut seqs: Vec<Sequence> = (0..parallel).map(|_| Sequence::new()).collect();
+    let t = Instant::now();
+    for i in 0..n_gen {
+        let mut work: Vec<SeqStep> = seqs
+            .iter_mut()
+            .enumerate()
+            .map(|(s, seq)| SeqStep {
+                seq,
+                tokens: &tokens[i + s..i + s + 1],
+                logits_rows: vec![0],
+            })
+            .collect();
+        engine.step_batch(&mut work)?;
+    }
+    let tok_s = (n_gen * parallel) as f64 / t.elapsed().as_secs_f64();
+    for seq in &mut seqs {
+        engine.release(seq);
+    }
+    Ok(tok_s)
 }
 
 /// Peak resident set size of this process (VmHWM), or 0 where the OS does not say.
