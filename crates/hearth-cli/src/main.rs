@@ -25,6 +25,8 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Serve models over OpenAI- and Ollama-compatible HTTP APIs
     Serve(cmd::serve::ServeArgs),
+    /// Quantize a GGUF model with one of llama.cpp's presets (Q4_K_M, Q8_0, ...)
+    Quantize(cmd::quantize::QuantizeArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +41,7 @@ fn main() -> ExitCode {
         Command::Show(a) => cmd::show::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Quantize(a) => cmd::quantize::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -30,8 +30,9 @@ pub use error::QuantError;
 pub use f16_conv::{f16_to_f32_slice, f32_to_f16_slice};
 pub use matmul::{dequantize_rows, matmul, matmul_activation_type, supports_matmul, WeightMatrix};
 pub use quantize::{
-    choose_types, convert_tensor, convert_tensors, is_quantizable, quantize_row, supports_quantize,
-    MixError, ModelShape, Preset, TensorJob, TensorSpec, TypeChoice, QUANTIZATION_VERSION,
+    choose_types, convert_tensor, convert_tensors, is_quantizable, llama_tensor_order,
+    quantize_row, supports_quantize, MixError, ModelShape, Preset, TensorJob, TensorSpec,
+    TypeChoice, QUANTIZATION_VERSION,
 };
 pub use quantize_act::{
     quantize_activations, quantize_row_q8_0, quantize_row_q8_1, quantize_row_q8_k,

@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod quantize;
 pub mod run;
 pub mod serve;
 pub mod show;

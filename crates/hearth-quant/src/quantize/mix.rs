@@ -132,6 +132,14 @@ pub fn is_quantizable(name: &str, dims: &[u64]) -> bool {
         && name != "token_types.weight"
 }
 
+/// Indices of `names` in the order llama.cpp walks and writes tensors: by the layer number of
+/// `blk.N.` names (other tensors first), then by name.
+pub fn llama_tensor_order(names: &[&str]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    order.sort_by_key(|&i| (layer_of(names[i]).unwrap_or(-1), names[i]));
+    order
+}
+
 /// The type each tensor gets under `preset`, in the order of `tensors`.
 ///
 /// NOTE: llama.cpp walks tensors sorted by layer number, then name, and its attn_v / ffn_down
@@ -141,11 +149,8 @@ pub fn choose_types(
     model: &ModelShape,
     tensors: &[TensorSpec<'_>],
 ) -> Result<Vec<TypeChoice>, MixError> {
-    let mut order: Vec<usize> = (0..tensors.len()).collect();
-    order.sort_by(|&a, &b| {
-        let key = |i: usize| (layer_of(tensors[i].name).unwrap_or(-1), tensors[i].name);
-        key(a).cmp(&key(b))
-    });
+    let names: Vec<&str> = tensors.iter().map(|t| t.name).collect();
+    let order = llama_tensor_order(&names);
     let mut state = MixState {
         preset,
         model,

@@ -15,7 +15,9 @@ mod preset;
 mod search;
 
 pub use convert::{convert_tensor, convert_tensors, TensorJob};
-pub use mix::{choose_types, is_quantizable, MixError, ModelShape, TensorSpec, TypeChoice};
+pub use mix::{
+    choose_types, is_quantizable, llama_tensor_order, MixError, ModelShape, TensorSpec, TypeChoice,
+};
 pub use preset::{Preset, QUANTIZATION_VERSION};
 
 use half::{bf16, f16};
