@@ -193,14 +193,17 @@ fn quantize_file(
         size_in += t.n_bytes;
         size_out += bytes.len() as u64;
         println!(
-            "[{:4}/{:4}] {:40} {:16} {:>6} -> {:6}{} {:9.3} MiB -> {:9.3} MiB",
+            "[{:4}/{:4}] {:40} {:16} {:>6} -> {:7} {:9.3} MiB -> {:9.3} MiB",
             n + 1,
             tensors.len(),
             t.name,
             format!("{:?}", t.dims),
             t.ty.name(),
-            choices[i].ty.name(),
-            if choices[i].fallback { "*" } else { " " },
+            format!(
+                "{}{}",
+                choices[i].ty.name(),
+                if choices[i].fallback { "*" } else { "" }
+            ),
             t.n_bytes as f64 / MIB,
             bytes.len() as f64 / MIB
         );
