@@ -52,6 +52,9 @@ fn assert_one_line_error(out: &Output, needle: &str) {
     assert!(err.contains(needle), "stderr lacks {needle:?}: {err}");
 }
 
+/// FNV-1a of llama.cpp's Q3_K_M file for the F16 fixture.
+const Q3_K_M_FINGERPRINT: u64 = 0x5062_d3b7_85bc_bee1;
+
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
@@ -224,15 +227,40 @@ fn bad_inputs_are_one_line_errors() {
         &hearth(&["quantize", s(&input), s(&unwritable), "Q8_0"]),
         "cannot write output file",
     );
-    // Q3_K needs 256-element rows; llama.cpp's fallback for it is IQ4_NL.
-    assert_one_line_error(
-        &hearth(&["quantize", s(&input), s(&out), "Q3_K_M"]),
-        "IQ4_NL",
-    );
     let not_gguf = dir.path().join("not.gguf");
     std::fs::write(&not_gguf, b"hello").unwrap();
     assert_one_line_error(
         &hearth(&["quantize", s(&not_gguf), s(&out), "Q8_0"]),
         "not.gguf",
+    );
+}
+
+#[test]
+fn q3_k_m_falls_back_to_iq4_nl_with_a_warning() {
+    // Q3_K needs 256-element rows; for rows of 64 llama.cpp falls back to IQ4_NL (Q5_K / Q4_K
+    // to Q5_1 / Q5_0 for the bumped attn_v / attn_output / ffn_down). The whole file is
+    // llama.cpp's, byte for byte (fingerprint from scripts/check_quantize_llamacpp.py).
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("q3km.gguf");
+    let input = fixture("tiny-qwen3-f16.gguf");
+    let out = hearth(&["quantize", s(&input), s(&out_path), "Q3_K_M"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("IQ4_NL") && stderr.contains("cannot load"),
+        "{stderr}"
+    );
+    let file = GgufFile::open(&out_path).unwrap();
+    assert_eq!(
+        file.tensor("blk.0.attn_q.weight").unwrap().ty,
+        GgmlType::IQ4_NL
+    );
+    assert_eq!(
+        file.tensor("blk.0.attn_v.weight").unwrap().ty,
+        GgmlType::Q5_1
+    );
+    assert_eq!(
+        fnv1a(&std::fs::read(&out_path).unwrap()),
+        Q3_K_M_FINGERPRINT
     );
 }

@@ -68,6 +68,7 @@ fn bytes_equal_llama_cpp() {
         (GgmlType::Q4_K, 0x78b6_8c82_2efa_04ec),
         (GgmlType::Q5_K, 0x6acb_c7b9_3da6_490b),
         (GgmlType::Q6_K, 0xcba2_a55b_ce82_0e1e),
+        (GgmlType::IQ4_NL, 0xe0e9_c5f8_15b2_0466),
         (GgmlType::F16, 0x0220_fe7e_7abd_1348),
         (GgmlType::BF16, 0xd3f0_7581_debf_1eec),
     ];

@@ -2,11 +2,13 @@
 //! `quantize_row_*_ref` (what `llama-quantize` uses without an importance matrix), the
 //! per-tensor type mix of its presets, and whole-tensor conversion in parallel.
 //!
-//! - [`quantize_row`]: f32 to Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, F16, BF16 or F32.
+//! - [`quantize_row`]: f32 to Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL (llama.cpp's
+//!   fallback for Q2_K / Q3_K rows), F16, BF16 or F32.
 //! - [`choose_types`]: which type each tensor of a model gets under a [`Preset`].
 //! - [`convert_tensors`]: dequantize and requantize many tensors over a rayon pool.
 
 mod convert;
+mod iq4_nl;
 mod kquants;
 mod kquants45;
 mod legacy;
@@ -31,7 +33,19 @@ pub fn supports_quantize(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | Q2_K
+            | Q3_K
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | IQ4_NL
     )
 }
 
@@ -67,6 +81,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
         GgmlType::Q4_K => each_block::<QK_K, _>(src, dst, kquants45::q4_k),
         GgmlType::Q5_K => each_block::<QK_K, _>(src, dst, kquants45::q5_k),
         GgmlType::Q6_K => each_block::<QK_K, _>(src, dst, kquants::q6_k),
+        GgmlType::IQ4_NL => each_block::<QK, _>(src, dst, iq4_nl::iq4_nl),
         _ => return Err(QuantError::Unsupported { ty, op: "quantize" }),
     }
     Ok(())
@@ -130,7 +145,7 @@ mod tests {
         assert!(err.to_string().contains("Q4_0"), "{err}");
         let err = quantize_row(GgmlType::Q4_0, &[0.0; 32], &mut dst[..17]).unwrap_err();
         assert!(err.to_string().contains("destination"), "{err}");
-        let err = quantize_row(GgmlType::IQ4_NL, &[0.0; 32], &mut dst).unwrap_err();
-        assert!(err.to_string().contains("IQ4_NL"), "{err}");
+        let err = quantize_row(GgmlType::IQ2_XXS, &[0.0; 256], &mut [0u8; 66]).unwrap_err();
+        assert!(err.to_string().contains("IQ2_XXS"), "{err}");
     }
 }
