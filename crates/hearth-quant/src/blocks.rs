@@ -124,6 +124,20 @@ pub struct BlockQ6_K {
     pub d: f16,
 }
 
+/// The 16 levels of IQ4_NL (ggml's `kvalues_iq4nl`), a non-linear grid denser near zero.
+pub const KVALUES_IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// 4-bit non-linear: `x = d * KVALUES_IQ4NL[q]`. Low nibbles hold elements 0..16, high
+/// nibbles 16..32, as in Q4_0. Its activation type is Q8_0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockIQ4_NL {
+    pub d: f16,
+    pub qs: [u8; QK / 2],
+}
+
 /// 8-bit k-quant activations: f32 scale and the sums of each group of 16 quants.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
@@ -145,6 +159,7 @@ const _: () = assert!(size_of::<BlockQ4_K>() == 144);
 const _: () = assert!(size_of::<BlockQ5_K>() == 176);
 const _: () = assert!(size_of::<BlockQ6_K>() == 210);
 const _: () = assert!(size_of::<BlockQ8_K>() == 292);
+const _: () = assert!(size_of::<BlockIQ4_NL>() == 18);
 
 /// Views `bytes` (a whole number of blocks) as a block slice, borrowing when the bytes are
 /// aligned for `B` and copying otherwise. Returns `None` when the length is not a multiple of

@@ -9,8 +9,8 @@ use crate::{GgmlType, QuantError};
 
 /// Dequantizes the bytes of `dst.len()` elements of type `ty` into `dst`.
 ///
-/// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K and Q8_K; other types and
-/// lengths that do not match are errors naming the type.
+/// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, Q8_K and IQ4_NL; other
+/// types and lengths that do not match are errors naming the type.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
     let expected = row_bytes(ty, dst.len())?;
     check_len(ty, "source bytes", expected, src.len())?;
@@ -41,6 +41,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
         GgmlType::Q5_K => each_block(src, dst, dequant_q5_k),
         GgmlType::Q6_K => each_block(src, dst, dequant_q6_k),
         GgmlType::Q8_K => each_block(src, dst, dequant_q8_k),
+        GgmlType::IQ4_NL => each_block(src, dst, dequant_iq4_nl),
         _ => {
             return Err(QuantError::Unsupported {
                 ty,
@@ -69,6 +70,7 @@ pub fn supports_dequantize(ty: GgmlType) -> bool {
             | Q5_K
             | Q6_K
             | Q8_K
+            | IQ4_NL
     )
 }
 
@@ -222,6 +224,14 @@ fn dequant_q6_k(b: &BlockQ6_K, y: &mut [f32; QK_K]) {
 fn dequant_q8_k(b: &BlockQ8_K, y: &mut [f32; QK_K]) {
     for (o, &q) in y.iter_mut().zip(&b.qs) {
         *o = b.d * q as f32;
+    }
+}
+
+fn dequant_iq4_nl(b: &BlockIQ4_NL, y: &mut [f32; QK]) {
+    let d = b.d.to_f32();
+    for j in 0..QK / 2 {
+        y[j] = d * KVALUES_IQ4NL[(b.qs[j] & 0xF) as usize] as f32;
+        y[j + QK / 2] = d * KVALUES_IQ4NL[(b.qs[j] >> 4) as usize] as f32;
     }
 }
 

@@ -77,7 +77,7 @@ fn matmul_is_batch_invariant() {
     let mut rng = StdRng::seed_from_u64(29);
     let pools = [pool(1), pool(2), pool(3)];
     for ty in [
-        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F32, F16, BF16,
+        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F32, F16, BF16,
     ] {
         // Odd block counts (the wide kernels take blocks in pairs), and more than 16 blocks
         // (the packed Q4_1 tile adds its min term 16 blocks at a time).

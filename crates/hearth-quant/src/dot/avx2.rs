@@ -5,6 +5,7 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
+use crate::blocks::KVALUES_IQ4NL;
 use crate::dot::DotFn;
 use crate::GgmlType;
 
@@ -18,6 +19,21 @@ fn dp_u8i8(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
 }
 
 define_int_kernels!("avx2,fma,f16c");
+
+/// IQ4_NL · Q8_0: one in-lane byte shuffle of the level table turns the 4-bit indices into
+/// their i8 levels, then the block is a signed Q8_0-style product (levels are in -127..=113,
+/// so `dot_i8`'s i16 pair sums stay below 2 * 127 * 127).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
+    let levels = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+    let levels = _mm256_broadcastsi128_si256(levels);
+    let v = sum_blocks!(n, i => {
+        let (wp, ap) = (w.add(18 * i), a.add(34 * i));
+        let x = _mm256_shuffle_epi8(levels, nibbles32(wp.add(2)));
+        (dd(t, wp, ap), dot_i8(x, load32(ap.add(2))))
+    });
+    hsum_ps(v)
+}
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f32_f32(w: *const u8, a: *const u8, n: usize) -> f32 {
@@ -93,6 +109,9 @@ pub(super) unsafe fn kernel(ty: GgmlType) -> Option<DotFn> {
         GgmlType::F32 => |w, a| unsafe { f32_f32(w.as_ptr(), a.as_ptr(), w.len() / 4) },
         GgmlType::F16 => |w, a| unsafe { f16_f16(w.as_ptr(), a.as_ptr(), w.len() / 2) },
         GgmlType::BF16 => |w, a| unsafe { bf16_bf16(w.as_ptr(), a.as_ptr(), w.len() / 2) },
+        GgmlType::IQ4_NL => {
+            |w, a| unsafe { iq4_nl_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 18, f16_table()) }
+        }
         // SAFETY: forwarded from this function's contract.
         _ => return unsafe { int_kernel(ty) },
     };

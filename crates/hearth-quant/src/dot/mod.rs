@@ -100,7 +100,7 @@ impl PackedTile {
 pub fn vec_dot_type(ty: GgmlType) -> Option<GgmlType> {
     use GgmlType::*;
     Some(match ty {
-        Q4_0 | Q5_0 | Q8_0 => Q8_0,
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => Q8_K,
         F32 => F32,
@@ -132,6 +132,7 @@ pub(crate) fn scalar_kernel(ty: GgmlType) -> Option<DotFn> {
         Q4_K => |w, a| typed(w, a, scalar::dot_q4_k_q8_k),
         Q5_K => |w, a| typed(w, a, scalar::dot_q5_k_q8_k),
         Q6_K => |w, a| typed(w, a, scalar::dot_q6_k_q8_k),
+        IQ4_NL => |w, a| typed(w, a, scalar::dot_iq4_nl_q8_0),
         F32 => |w, a| typed(w, a, scalar::dot_f32),
         F16 => |w, a| typed(w, a, scalar::dot_f16),
         BF16 => |w, a| typed(w, a, scalar::dot_bf16),
@@ -149,7 +150,7 @@ pub(crate) fn fast_kernel(ty: GgmlType) -> Option<DotFn> {
 fn build_table(level: KernelLevel) -> Vec<(GgmlType, DotFn)> {
     use GgmlType::*;
     let all = [
-        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, F32, F16, BF16,
+        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, F32, F16, BF16,
     ];
     all.iter()
         .filter_map(|&ty| {
@@ -178,7 +179,7 @@ pub(crate) fn fast_kernel_x4(ty: GgmlType) -> Option<Dot4Fn> {
 
 fn build_table_x4(level: KernelLevel) -> Vec<(GgmlType, Dot4Fn)> {
     use GgmlType::*;
-    [Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K]
+    [Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL, Q4_K, Q6_K]
         .iter()
         .filter_map(|&ty| match level {
             #[cfg(target_arch = "x86_64")]

@@ -79,6 +79,21 @@ pub fn dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     sum
 }
 
+/// IQ4_NL weights · Q8_0 activations: the weight nibbles index [`KVALUES_IQ4NL`].
+pub fn dot_iq4_nl_q8_0(x: &[BlockIQ4_NL], y: &[BlockQ8_0]) -> f32 {
+    let mut sum = 0f32;
+    for (a, b) in x.iter().zip(y) {
+        let mut sumi = 0i32;
+        for j in 0..QK / 2 {
+            sumi += KVALUES_IQ4NL[(a.qs[j] & 0xF) as usize] as i32 * b.qs[j] as i32;
+            sumi += KVALUES_IQ4NL[(a.qs[j] >> 4) as usize] as i32 * b.qs[j + QK / 2] as i32;
+        }
+        // NOTE: ggml scales by d_y * d_x, multiplied first, for this type.
+        sum += (b.d.to_f32() * a.d.to_f32()) * sumi as f32;
+    }
+    sum
+}
+
 /// Sum over the 16 groups of 16 of `scale[g] * sum(q[i] * y[i])`, with `q` given per element.
 fn k_groups16(q: impl Fn(usize) -> i32, scale: impl Fn(usize) -> i32, y: &BlockQ8_K) -> i32 {
     (0..QK_K / 16)

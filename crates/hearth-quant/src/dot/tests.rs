@@ -11,7 +11,7 @@ use crate::quantize_activations;
 fn f16_fields(ty: GgmlType) -> &'static [usize] {
     use GgmlType::*;
     match ty {
-        Q4_0 | Q5_0 | Q8_0 => &[0],
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL => &[0],
         Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
         Q2_K => &[80, 82],
         Q3_K => &[108],
@@ -177,7 +177,9 @@ fn multi_token_kernels_match_scalar_reference() {
     use GgmlType::*;
     let mut rng = StdRng::seed_from_u64(13);
     let mut checked = 0;
-    for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K] {
+    for ty in [
+        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+    ] {
         let max_blocks = if ty.block_size() == 32 { 23 } else { 5 };
         for seed in 0..30usize {
             // Odd and even block counts (the 32-element kernels take blocks in pairs).

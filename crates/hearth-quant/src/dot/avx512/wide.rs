@@ -5,6 +5,7 @@
 
 use std::arch::x86_64::*;
 
+use crate::blocks::KVALUES_IQ4NL;
 use crate::dot::x86::{bcast_f16, f16_table, load32};
 use crate::dot::{Dot4Fn, DotFn};
 use crate::GgmlType;
@@ -187,6 +188,27 @@ wide_fn! {
 }
 
 wide_fn! {
+    /// The i8 levels of two IQ4_NL blocks (nibbles at `p0` and `p1`) in element order.
+    fn iq4_nl_levels(p0: *const u8, p1: *const u8) -> __m512i {
+        let levels = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        _mm512_shuffle_epi8(_mm512_broadcast_i32x4(levels), nibbles64(p0, p1))
+    }
+}
+
+wide_fn! {
+    fn iq4_nl_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
+        let acc = sum_pairs!(n, i, full => {
+            let (wp, ap) = (w.add(18 * i), a.add(34 * i));
+            let (w1, a1) = (second!(full, wp, 18), second!(full, ap, 34));
+            let x = iq4_nl_levels(wp.add(2), w1.add(2));
+            let y = load64(ap.add(2), a1.add(2));
+            (scales2(dd(t, wp, ap), dd(t, w1, a1)), dot_i8(x, y))
+        });
+        _mm512_reduce_add_ps(acc)
+    }
+}
+
+wide_fn! {
     fn q5_0_q8_0(w: *const u8, a: *const u8, n: usize, t: &[f32; 65536]) -> f32 {
         let acc = sum_pairs!(n, i, full => {
             let (wp, ap) = (w.add(22 * i), a.add(34 * i));
@@ -278,6 +300,7 @@ signed_x4!(q8_0_x4, 34, |wp, w1| load64(wp.add(2), w1.add(2)));
 signed_x4!(q4_0_x4, 18, |wp, w1| {
     _mm512_sub_epi8(nibbles64(wp.add(2), w1.add(2)), _mm512_set1_epi8(8))
 });
+signed_x4!(iq4_nl_x4, 18, |wp, w1| iq4_nl_levels(wp.add(2), w1.add(2)));
 signed_x4!(q5_0_x4, 22, |wp, w1| {
     let hi = _mm512_andnot_si512(bits64(wp.add(2), w1.add(2)), _mm512_set1_epi8(0xF0u8 as i8));
     _mm512_or_si512(nibbles64(wp.add(6), w1.add(6)), hi)
@@ -325,6 +348,9 @@ pub(super) unsafe fn kernel_x4(ty: GgmlType) -> Option<Dot4Fn> {
         GgmlType::Q5_0 => {
             |w, a| unsafe { q5_0_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 22, f16_table()) }
         }
+        GgmlType::IQ4_NL => |w, a| unsafe {
+            iq4_nl_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 18, f16_table())
+        },
         GgmlType::Q8_0 => {
             |w, a| unsafe { q8_0_x4(w.as_ptr(), a.map(|r| r.as_ptr()), w.len() / 34, f16_table()) }
         }
@@ -351,6 +377,9 @@ pub(super) unsafe fn kernel(ty: GgmlType) -> Option<DotFn> {
         }
         GgmlType::Q5_1 => {
             |w, a| unsafe { q5_1_q8_1(w.as_ptr(), a.as_ptr(), w.len() / 24, f16_table()) }
+        }
+        GgmlType::IQ4_NL => {
+            |w, a| unsafe { iq4_nl_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 18, f16_table()) }
         }
         GgmlType::Q8_0 => {
             |w, a| unsafe { q8_0_q8_0(w.as_ptr(), a.as_ptr(), w.len() / 34, f16_table()) }
