@@ -6,9 +6,14 @@ use hearth_backend::{cpu::CpuBackend, Backend, KvSpec};
 use hearth_gguf::GgufFile;
 use hearth_kv::BlockPool;
 use hearth_models::DecoderModel;
-use hearth_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+use hearth_tokenizer::{ChatMessage, Tokenizer};
 
 use crate::PromptBuilder;
+
+// NOTE: declared here rather than in lib.rs; it is this file's helper.
+#[path = "source.rs"]
+mod source;
+use source::ModelSource;
 
 use crate::{EngineError, SeqStep, Sequence};
 
@@ -70,34 +75,29 @@ pub struct Engine {
     pub(crate) pool: BlockPool,
     pub tokenizer: Arc<Tokenizer>,
     prompt: PromptBuilder,
-    file: Arc<GgufFile>,
+    /// The GGUF file, for a model loaded from one.
+    file: Option<Arc<GgufFile>>,
     info: ModelInfo,
     n_batch: usize,
 }
 
 impl Engine {
-    /// Open a GGUF file and prepare everything to run it.
+    /// Open a GGUF file or a Hugging Face model folder and prepare everything to run it.
     pub fn load(path: &Path, opts: &EngineOptions) -> Result<Self, EngineError> {
         let start = Instant::now();
-        let gguf_err = |error| EngineError::Gguf {
-            path: path.to_path_buf(),
-            error,
-        };
         let model_err = |error| EngineError::Model {
             path: path.to_path_buf(),
             error,
         };
-        let file = Arc::new(GgufFile::open(path).map_err(gguf_err)?);
-        let config = hearth_models::registry::config(&file).map_err(model_err)?;
-        let tokenizer_err = |error| EngineError::Tokenizer {
-            path: path.to_path_buf(),
-            error,
-        };
-        let tokenizer = Tokenizer::from_gguf(file.metadata()).map_err(tokenizer_err)?;
-        let template = match &opts.template {
-            Some(name) => Some(ChatTemplate::builtin(name).map_err(EngineError::Template)?),
-            None => ChatTemplate::from_gguf(file.metadata()).map_err(tokenizer_err)?,
-        };
+        let ModelSource {
+            config,
+            tensors,
+            tokenizer,
+            template,
+            n_params,
+            weight_bytes,
+            gguf,
+        } = ModelSource::open(path, opts)?;
         let backend = CpuBackend::new(opts.n_threads)?;
         let n_ctx = match opts.n_ctx {
             0 => config.n_ctx_train.min(4096),
@@ -118,17 +118,14 @@ impl Engine {
             n_blocks,
             block_size: BLOCK_SIZE,
         };
-        let model = hearth_models::DecoderModel::load(
-            config,
-            &hearth_models::TensorLoader::new(file.clone(), &backend),
-        )
-        .map_err(model_err)?;
+        let loader = hearth_models::TensorLoader::from_source(tensors, &backend);
+        let model = hearth_models::DecoderModel::load(config, &loader).map_err(model_err)?;
         let cache = backend.new_kv_cache(&kv_spec)?;
         let info = ModelInfo {
             path: path.to_path_buf(),
             arch: model.config.arch.clone(),
-            n_params: file.tensors().iter().map(|t| t.n_elements()).sum(),
-            weight_bytes: file.tensors().iter().map(|t| t.n_bytes).sum(),
+            n_params,
+            weight_bytes,
             n_ctx,
             n_ctx_train: model.config.n_ctx_train,
             n_kv_tokens: n_blocks * BLOCK_SIZE,
@@ -145,7 +142,7 @@ impl Engine {
             pool: BlockPool::new(n_blocks, BLOCK_SIZE),
             prompt: PromptBuilder::new(tokenizer.clone(), template),
             tokenizer,
-            file,
+            file: gguf,
             info,
             n_batch: opts.n_batch,
         })
@@ -155,8 +152,9 @@ impl Engine {
         &self.info
     }
 
-    pub fn gguf(&self) -> &GgufFile {
-        &self.file
+    /// The GGUF file the model came from; `None` for a Hugging Face folder.
+    pub fn gguf(&self) -> Option<&GgufFile> {
+        self.file.as_deref()
     }
 
     pub fn n_ctx(&self) -> usize {

@@ -20,4 +20,15 @@ pub enum ModelError {
     Backend(#[from] BackendError),
     #[error("batch: {0}")]
     BadBatch(String),
+    #[error("{}: '{key}' {reason}", path.display())]
+    HfConfig {
+        path: std::path::PathBuf,
+        key: String,
+        reason: String,
+    },
+    #[error("{}: {reason}", path.display())]
+    BadFile {
+        path: std::path::PathBuf,
+        reason: String,
+    },
 }

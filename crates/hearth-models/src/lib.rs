@@ -3,13 +3,15 @@
 //! Every supported architecture is a [`DecoderModel`] configured by a small file in [`arch`]
 //! that reads its hyperparameters from GGUF metadata and sets the flags that make it differ from
 //! its siblings (QK-norm, post-norms, sliding windows, ...). [`registry`] maps
-//! `general.architecture` to those files.
+//! `general.architecture` (and HF `architectures` names) to those files; [`hf`] reads
+//! Hugging Face safetensors folders.
 
 pub mod arch;
 mod batch;
 mod config;
 mod decoder;
 mod error;
+pub mod hf;
 mod loader;
 pub mod registry;
 
@@ -17,4 +19,4 @@ pub use batch::Batch;
 pub use config::{DecoderConfig, LayerKind};
 pub use decoder::DecoderModel;
 pub use error::ModelError;
-pub use loader::{GgufTensorBytes, TensorLoader};
+pub use loader::{GgufTensorBytes, TensorLoader, TensorSource};

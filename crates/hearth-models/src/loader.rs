@@ -1,4 +1,8 @@
-//! Turning GGUF tensors into backend weights, with their shapes checked.
+//! Turning stored tensors into backend weights, with their shapes checked.
+//!
+//! A [`TensorSource`] answers for tensors under the names llama.cpp's GGUF files use
+//! (`blk.0.attn_q.weight`); a GGUF file is one source, a Hugging Face safetensors folder (which
+//! maps those names to its own) another. The decoder only ever sees a [`TensorLoader`].
 
 use std::sync::Arc;
 
@@ -6,6 +10,15 @@ use hearth_backend::{Backend, ByteSource, HostWeight};
 use hearth_gguf::GgufFile;
 
 use crate::ModelError;
+
+/// Where a model's tensors come from.
+pub trait TensorSource: Send + Sync {
+    /// The host view of tensor `name`, checked to be `[rows, cols]` (`cols` contiguous).
+    fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError>;
+    /// Whether the source has tensor `name` (or must have it: a source may answer `true` for
+    /// a tensor its config requires, so that loading it names the missing tensor).
+    fn contains(&self, name: &str) -> bool;
+}
 
 /// The bytes of one tensor of a memory-mapped GGUF file; keeps the file mapped while alive.
 pub struct GgufTensorBytes {
@@ -19,30 +32,14 @@ impl ByteSource for GgufTensorBytes {
     }
 }
 
-/// Looks tensors up by name and hands them to a backend.
-pub struct TensorLoader<'b, B: Backend> {
-    file: Arc<GgufFile>,
-    backend: &'b B,
-}
-
-impl<'b, B: Backend> TensorLoader<'b, B> {
-    pub fn new(file: Arc<GgufFile>, backend: &'b B) -> Self {
-        Self { file, backend }
-    }
-
-    pub fn file(&self) -> &GgufFile {
-        &self.file
-    }
-
-    /// The host view of tensor `name`, checked to be `[rows, cols]` (`cols` contiguous).
-    pub fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
+impl TensorSource for Arc<GgufFile> {
+    fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
         let index = self
-            .file
             .tensors()
             .iter()
             .position(|t| t.name == name)
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        let info = &self.file.tensors()[index];
+        let info = &self.tensors()[index];
         let dims: Vec<u64> = info.dims.clone();
         let want: Vec<u64> = if rows == 1 {
             vec![cols as u64]
@@ -50,13 +47,10 @@ impl<'b, B: Backend> TensorLoader<'b, B> {
             vec![cols as u64, rows as u64]
         };
         // NOTE: trailing dimensions of 1 are allowed (some writers store vectors as [n, 1]).
-        let trimmed: Vec<u64> = {
-            let mut d = dims.clone();
-            while d.len() > want.len() && d.last() == Some(&1) {
-                d.pop();
-            }
-            d
-        };
+        let mut trimmed = dims.clone();
+        while trimmed.len() > want.len() && trimmed.last() == Some(&1) {
+            trimmed.pop();
+        }
         if trimmed != want {
             return Err(ModelError::BadTensor {
                 name: name.to_string(),
@@ -69,10 +63,37 @@ impl<'b, B: Backend> TensorLoader<'b, B> {
             rows,
             cols,
             data: Arc::new(GgufTensorBytes {
-                file: self.file.clone(),
+                file: self.clone(),
                 index,
             }),
         })
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.tensor(name).is_some()
+    }
+}
+
+/// Looks tensors up by name and hands them to a backend.
+pub struct TensorLoader<'b, B: Backend> {
+    source: Arc<dyn TensorSource>,
+    backend: &'b B,
+}
+
+impl<'b, B: Backend> TensorLoader<'b, B> {
+    /// A loader over the tensors of a GGUF file.
+    pub fn new(file: Arc<GgufFile>, backend: &'b B) -> Self {
+        Self::from_source(Arc::new(file), backend)
+    }
+
+    /// A loader over any tensor source.
+    pub fn from_source(source: Arc<dyn TensorSource>, backend: &'b B) -> Self {
+        Self { source, backend }
+    }
+
+    /// The host view of tensor `name`, checked to be `[rows, cols]` (`cols` contiguous).
+    pub fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
+        self.source.host(name, rows, cols)
     }
 
     /// Tensor `name` prepared by the backend.
@@ -80,24 +101,16 @@ impl<'b, B: Backend> TensorLoader<'b, B> {
         Ok(self.backend.load_weight(self.host(name, rows, cols)?)?)
     }
 
-    /// Like [`Self::load`], but `None` when the file has no such tensor.
+    /// Like [`Self::load`], but `None` when the source has no such tensor.
     pub fn load_optional(
         &self,
         name: &str,
         rows: usize,
         cols: usize,
     ) -> Result<Option<B::Weight>, ModelError> {
-        if self.file.tensor(name).is_none() {
+        if !self.source.contains(name) {
             return Ok(None);
         }
         self.load(name, rows, cols).map(Some)
-    }
-
-    /// The dims of tensor `name` as stored.
-    pub fn dims(&self, name: &str) -> Result<&[u64], ModelError> {
-        self.file
-            .tensor(name)
-            .map(|t| t.dims.as_slice())
-            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
     }
 }

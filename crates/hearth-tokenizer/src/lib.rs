@@ -9,6 +9,7 @@
 mod bpe;
 mod error;
 mod gguf;
+mod hf;
 mod pretokenize;
 mod spec;
 mod special;

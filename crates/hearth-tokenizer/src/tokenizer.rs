@@ -17,6 +17,8 @@ enum Algorithm {
     SentencePiece {
         byte_tokens: Box<[Option<u32>; 256]>,
     },
+    /// A Hugging Face `tokenizer.json`, run by the `tokenizers` crate.
+    Hf(Box<crate::hf::HfEncoder>),
 }
 
 /// A tokenizer: text <-> token ids, matching llama.cpp's tokenizer on the same vocabulary.
@@ -173,6 +175,14 @@ impl Tokenizer {
                     }
                 }
             }
+            Algorithm::Hf(hf) => {
+                for fragment in fragments {
+                    match fragment {
+                        Fragment::Text(range) => hf.encode(&text[range], &mut out)?,
+                        Fragment::Token(id) => out.push(id),
+                    }
+                }
+            }
             Algorithm::SentencePiece { byte_tokens } => {
                 let vocab = spm::SpmVocab {
                     token_to_id: &self.token_to_id,
@@ -203,6 +213,15 @@ impl Tokenizer {
             }
         }
         Ok(out)
+    }
+
+    /// This tokenizer with HF's encoder in place of its own; `extra_eog` also end generation.
+    pub(crate) fn with_hf_encoder(mut self, hf: crate::hf::HfEncoder, extra_eog: &[u32]) -> Self {
+        self.algorithm = Algorithm::Hf(Box::new(hf));
+        let n = self.tokens.len() as u32;
+        self.eog
+            .extend(extra_eog.iter().copied().filter(|&id| id < n));
+        self
     }
 
     /// Prompt encoding as llama.cpp does with `add_special = true`: BOS first when `add_bos`
@@ -348,6 +367,7 @@ impl Tokenizer {
         match self.algorithm {
             Algorithm::Bpe(_) => "byte-level BPE",
             Algorithm::SentencePiece { .. } => "SentencePiece",
+            Algorithm::Hf(_) => "HF tokenizer.json",
         }
     }
 }

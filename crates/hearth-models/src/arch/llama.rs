@@ -3,6 +3,7 @@
 use hearth_backend::RopeKind;
 use hearth_gguf::GgufFile;
 
+use crate::hf::config::{decoder_config, HfConfig};
 use crate::{config::CommonHparams, DecoderConfig, ModelError};
 
 pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
@@ -37,4 +38,13 @@ fn rope_freq_factors(file: &GgufFile, n_rot: usize) -> Result<Vec<f32>, ModelErr
     hearth_quant::dequantize_row(info.ty, file.tensor_data(info), &mut out)
         .map_err(|e| bad(e.to_string()))?;
     Ok(out)
+}
+
+/// A `LlamaForCausalLM` checkpoint's config.
+///
+/// NOTE: HF stores q_proj / k_proj rows in rotate-half order; llama.cpp's converter permutes
+/// them so that adjacent-pair ("normal") rope applies. Running HF weights with NeoX rope
+/// instead is the same computation and keeps those two matrices memory-mapped, uncopied.
+pub fn hf_config(cfg: &HfConfig) -> Result<DecoderConfig, ModelError> {
+    decoder_config(cfg, "llama", RopeKind::Neox)
 }

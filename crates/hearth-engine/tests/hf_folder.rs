@@ -1,0 +1,255 @@
+//! Hugging Face safetensors folders against HF transformers: tiny random-weight checkpoints
+//! made by scripts/make_hf_fixtures.py, with transformers' logits, greedy tokens and token ids.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{argmax, open_engine, read_json, repo_root};
+use hearth_engine::{Engine, EngineOptions, Sequence};
+use hearth_tokenizer::ChatMessage;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Reference {
+    prompts: Vec<PromptRef>,
+    strings: Vec<StringRef>,
+    chat: ChatRef,
+}
+
+#[derive(Deserialize)]
+struct PromptRef {
+    ids: Vec<u32>,
+    last_logits: Vec<f32>,
+    greedy: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct StringRef {
+    text: String,
+    ids: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct ChatRef {
+    messages: Vec<MessageRef>,
+    ids: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct MessageRef {
+    role: String,
+    content: String,
+}
+
+fn fixture(name: &str) -> PathBuf {
+    repo_root().join("tests/fixtures").join(name)
+}
+
+fn reference(dir: &Path) -> Reference {
+    read_json(&dir.join("reference.json"))
+}
+
+/// Largest |hearth − transformers| over the last-position logits of every prompt, and
+/// hearth's greedy tokens per prompt.
+fn run_prompts(engine: &mut Engine, r: &Reference) -> (f32, Vec<Vec<u32>>) {
+    let mut max_diff = 0f32;
+    let mut greedy = Vec::new();
+    for p in &r.prompts {
+        let mut seq = Sequence::new();
+        let mut logits = engine.feed(&mut seq, &p.ids).expect("prompt runs");
+        assert_eq!(logits.len(), p.last_logits.len(), "vocabulary size");
+        let mut diff = 0f32;
+        for (a, b) in logits.iter().zip(&p.last_logits) {
+            diff = diff.max((a - b).abs());
+        }
+        eprintln!(
+            "prompt of {} tokens: max |logit diff| = {diff:e}",
+            p.ids.len()
+        );
+        max_diff = max_diff.max(diff);
+        let mut tokens = Vec::new();
+        for _ in 0..p.greedy.len() {
+            let t = argmax(&logits);
+            tokens.push(t);
+            logits = engine.step(&mut seq, &[t]).expect("step runs");
+        }
+        engine.release(&mut seq);
+        greedy.push(tokens);
+    }
+    (max_diff, greedy)
+}
+
+fn check_f32_folder(name: &str) {
+    let dir = fixture(name);
+    let r = reference(&dir);
+    let mut engine = open_engine(&dir);
+    let (max_diff, greedy) = run_prompts(&mut engine, &r);
+    eprintln!("{name}: max |logit diff| = {max_diff:e}");
+    for (got, p) in greedy.iter().zip(&r.prompts) {
+        assert_eq!(got, &p.greedy, "{name}: greedy tokens after {:?}", p.ids);
+    }
+    // NOTE: the KV cache holds f16, so every key and value is rounded to 11 significant bits
+    // (relative 2^-11 ≈ 4.9e-4); with logits up to ~3 that alone moves them by up to ~1.5e-3,
+    // even for a one-token prompt whose attention output is its own value row. A wrong rope,
+    // norm or tensor mapping moves them by tenths or more.
+    assert!(max_diff < 2e-3, "{name}: max |logit diff| {max_diff}");
+}
+
+#[test]
+fn llama_f32_matches_transformers() {
+    check_f32_folder("hf-tiny-llama");
+}
+
+#[test]
+fn qwen3_sharded_f32_matches_transformers() {
+    check_f32_folder("hf-tiny-qwen3");
+}
+
+#[test]
+fn llama_bf16_matches_transformers_within_bf16_error() {
+    let dir = fixture("hf-tiny-llama-bf16");
+    let r = reference(&dir);
+    let mut engine = open_engine(&dir);
+    let (max_diff, greedy) = run_prompts(&mut engine, &r);
+    eprintln!("bf16: max |logit diff| = {max_diff:e}");
+    // NOTE: the reference widens the bf16 weights to f32 and runs in f32; hearth rounds the
+    // activations to bf16 for the dot products, which explains differences of this size.
+    assert!(max_diff < 3e-2, "bf16: max |logit diff| {max_diff}");
+    assert_eq!(greedy[0], r.prompts[0].greedy, "bf16 greedy tokens");
+}
+
+#[test]
+fn tokenizer_json_matches_hf_tokenizers() {
+    for name in ["hf-tiny-llama", "hf-tiny-qwen3"] {
+        let dir = fixture(name);
+        let r = reference(&dir);
+        let engine = open_engine(&dir);
+        for s in &r.strings {
+            let ids = engine.tokenizer.encode(&s.text, false).expect("encodes");
+            assert_eq!(ids, s.ids, "{name}: {:?}", s.text);
+            assert_eq!(engine.tokenizer.decode(&ids), s.text, "{name}: decode");
+        }
+        let messages: Vec<ChatMessage> = r
+            .chat
+            .messages
+            .iter()
+            .map(|m| ChatMessage::new(m.role.clone(), m.content.clone()))
+            .collect();
+        let ids = engine.chat_prompt(&messages).expect("chat renders");
+        assert_eq!(ids, r.chat.ids, "{name}: chat prompt");
+    }
+}
+
+#[test]
+fn special_tokens_come_from_the_folder() {
+    let llama = open_engine(&fixture("hf-tiny-llama"));
+    let t = &llama.tokenizer;
+    assert_eq!(t.token_text(300), Some("<|begin_of_text|>"));
+    assert_eq!(t.bos_id(), Some(300));
+    assert!(t.is_eog(304), "generation_config.json's eos <|eot_id|>");
+    // Control tokens in user text stay text unless special tokens are parsed.
+    assert_eq!(t.encode("<|eot_id|>", true).expect("encodes"), vec![304]);
+    assert!(t.encode("<|eot_id|>", false).expect("encodes").len() > 1);
+    let info = llama.info();
+    assert_eq!(info.arch, "llama");
+    assert_eq!(info.n_ctx_train, 256);
+    assert!(llama.gguf().is_none());
+
+    let qwen = open_engine(&fixture("hf-tiny-qwen3"));
+    assert_eq!(qwen.tokenizer.bos_id(), None);
+    assert!(qwen.tokenizer.is_eog(302), "<|im_end|>");
+    assert_eq!(qwen.info().arch, "qwen3");
+    // model.safetensors.index.json: total_parameters 118144.
+    assert_eq!(qwen.info().n_params, 118_144);
+}
+
+/// A scratch copy of a fixture folder.
+fn scratch_copy(name: &str, tag: &str) -> PathBuf {
+    let dst = std::env::temp_dir().join(format!("hearth-hf-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(&dst).expect("scratch dir");
+    for entry in std::fs::read_dir(fixture(name)).expect("fixture dir") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().expect("file name");
+        std::fs::copy(&path, dst.join(name)).expect("copy");
+    }
+    dst
+}
+
+/// The error loading `dir` gives; removes `dir`.
+fn load_error(dir: &Path) -> String {
+    let opts = EngineOptions {
+        n_ctx: 64,
+        n_threads: 1,
+        ..EngineOptions::default()
+    };
+    let result = Engine::load(dir, &opts);
+    let _ = std::fs::remove_dir_all(dir);
+    match result {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).expect("read");
+    assert!(text.contains(from), "{} lacks {from}", path.display());
+    std::fs::write(path, text.replace(from, to)).expect("write");
+}
+
+#[test]
+fn bad_folders_give_one_clear_error() {
+    let dir = scratch_copy("hf-tiny-llama", "noconfig");
+    std::fs::remove_file(dir.join("config.json")).expect("rm");
+    let e = load_error(&dir);
+    assert!(e.contains("config.json") && e.contains("missing"), "{e}");
+
+    let dir = scratch_copy("hf-tiny-llama", "arch");
+    edit(
+        &dir.join("config.json"),
+        "LlamaForCausalLM",
+        "FooForCausalLM",
+    );
+    let e = load_error(&dir);
+    assert!(e.contains("unknown architecture 'FooForCausalLM'"), "{e}");
+    assert!(e.contains("LlamaForCausalLM, Qwen3ForCausalLM"), "{e}");
+
+    let dir = scratch_copy("hf-tiny-llama", "rope");
+    edit(&dir.join("config.json"), "\"llama3\"", "\"yarn\"");
+    let e = load_error(&dir);
+    assert!(
+        e.contains("'rope_parameters.rope_type'") && e.contains("yarn"),
+        "{e}"
+    );
+
+    let dir = scratch_copy("hf-tiny-qwen3", "shard");
+    std::fs::remove_file(dir.join("model-00002-of-00002.safetensors")).expect("rm");
+    let e = load_error(&dir);
+    assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
+
+    let dir = scratch_copy("hf-tiny-qwen3", "truncated");
+    let shard = dir.join("model-00001-of-00002.safetensors");
+    let bytes = std::fs::read(&shard).expect("read");
+    std::fs::write(&shard, &bytes[..bytes.len() - 4]).expect("write");
+    let e = load_error(&dir);
+    assert!(e.contains("model-00001-of-00002.safetensors"), "{e}");
+
+    // Same byte size, a dtype hearth does not run: only the header changes.
+    let dir = scratch_copy("hf-tiny-llama", "dtype");
+    let path = dir.join("model.safetensors");
+    let mut bytes = std::fs::read(&path).expect("read");
+    let key = br#""model.layers.0.input_layernorm.weight":{"dtype":"F32""#;
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key)
+        .expect("header entry");
+    let dtype_at = at + key.len() - 4;
+    bytes[dtype_at..dtype_at + 3].copy_from_slice(b"I32");
+    std::fs::write(&path, bytes).expect("write");
+    let e = load_error(&dir);
+    assert!(
+        e.contains("model.layers.0.input_layernorm.weight") && e.contains("dtype I32"),
+        "{e}"
+    );
+}

@@ -1,0 +1,175 @@
+//! Reading a Hugging Face `config.json` into a [`DecoderConfig`].
+
+use std::path::{Path, PathBuf};
+
+use hearth_backend::RopeKind;
+use serde_json::{Map, Value};
+
+use crate::config::CommonHparams;
+use crate::{DecoderConfig, ModelError};
+
+/// A parsed `config.json` (or `generation_config.json`), with typed getters whose errors
+/// name the file and key.
+pub struct HfConfig {
+    path: PathBuf,
+    json: Map<String, Value>,
+}
+
+impl HfConfig {
+    /// Read and parse `path`, which must hold a JSON object.
+    pub fn open(path: &Path) -> Result<Self, ModelError> {
+        let bad = |reason: String| ModelError::BadFile {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        match serde_json::from_str(&text).map_err(|e| bad(e.to_string()))? {
+            Value::Object(json) => Ok(Self {
+                path: path.to_path_buf(),
+                json,
+            }),
+            _ => Err(bad("is not a JSON object".into())),
+        }
+    }
+
+    /// An error about `key` of this file.
+    pub fn error(&self, key: &str, reason: impl Into<String>) -> ModelError {
+        ModelError::HfConfig {
+            path: self.path.clone(),
+            key: key.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The value of `key`; a JSON `null` reads as absent.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.json.get(key).filter(|v| !v.is_null())
+    }
+
+    /// A positive integer, or `None` when absent.
+    pub fn usize(&self, key: &str) -> Result<Option<usize>, ModelError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n > 0 => Ok(Some(n as usize)),
+                _ => Err(self.error(key, format!("is {v}, expected a positive integer"))),
+            },
+        }
+    }
+
+    /// A positive integer that must be present.
+    pub fn require_usize(&self, key: &str) -> Result<usize, ModelError> {
+        self.usize(key)?
+            .ok_or_else(|| self.error(key, "is missing"))
+    }
+
+    /// A number, or `None` when absent.
+    pub fn f64(&self, key: &str) -> Result<Option<f64>, ModelError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.error(key, format!("is {v}, expected a number"))),
+        }
+    }
+
+    /// A boolean, `default` when absent.
+    pub fn bool(&self, key: &str, default: bool) -> Result<bool, ModelError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| self.error(key, format!("is {v}, expected true or false"))),
+        }
+    }
+
+    /// A string, or `None` when absent.
+    pub fn str(&self, key: &str) -> Result<Option<&str>, ModelError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| self.error(key, format!("is {v}, expected a string"))),
+        }
+    }
+
+    /// Token ids under `key`: one integer or a list of them (`eos_token_id`).
+    pub fn token_ids(&self, key: &str) -> Result<Vec<u32>, ModelError> {
+        let one = |v: &Value| {
+            v.as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| self.error(key, format!("holds {v}, expected token ids")))
+        };
+        match self.get(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(items)) => items.iter().map(one).collect(),
+            Some(v) => Ok(vec![one(v)?]),
+        }
+    }
+
+    /// A key that hearth has no support for unless it has one of the `allowed` values.
+    pub fn require_one_of(&self, key: &str, allowed: &[Value]) -> Result<(), ModelError> {
+        match self.get(key) {
+            Some(v) if !allowed.contains(v) => Err(self.error(
+                key,
+                format!("is {v}; hearth supports only {allowed:?} here"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The config of a plain pre-norm SwiGLU decoder (Llama and its siblings) with `rope_kind`;
+/// architecture files change what differs.
+pub fn decoder_config(
+    cfg: &HfConfig,
+    arch: &str,
+    rope_kind: RopeKind,
+) -> Result<DecoderConfig, ModelError> {
+    let n_embd = cfg.require_usize("hidden_size")?;
+    let n_heads = cfg.require_usize("num_attention_heads")?;
+    let n_kv_heads = cfg.usize("num_key_value_heads")?.unwrap_or(n_heads);
+    if n_heads % n_kv_heads != 0 {
+        return Err(cfg.error(
+            "num_key_value_heads",
+            format!("{n_kv_heads} KV heads cannot serve {n_heads} heads"),
+        ));
+    }
+    let head_dim = match cfg.usize("head_dim")? {
+        Some(d) => d,
+        None if n_embd % n_heads == 0 => n_embd / n_heads,
+        None => {
+            return Err(cfg.error(
+                "head_dim",
+                "is missing and hidden_size / heads is not whole",
+            ))
+        }
+    };
+    if head_dim % 2 != 0 {
+        return Err(cfg.error("head_dim", format!("{head_dim} is odd; rope needs pairs")));
+    }
+    cfg.require_one_of("hidden_act", &["silu".into()])?;
+    cfg.require_one_of("attention_bias", &[false.into()])?;
+    cfg.require_one_of("mlp_bias", &[false.into()])?;
+    let n_vocab = cfg.require_usize("vocab_size")?;
+    let rope = super::rope::read(cfg, head_dim)?;
+    let hp = CommonHparams {
+        n_embd,
+        n_layers: cfg.require_usize("num_hidden_layers")?,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        n_ff: cfg.require_usize("intermediate_size")?,
+        n_ctx_train: cfg.usize("max_position_embeddings")?.unwrap_or(2048),
+        rms_eps: cfg.f64("rms_norm_eps")?.unwrap_or(1e-6) as f32,
+        n_rot: head_dim,
+        freq_base: rope.theta as f32,
+        freq_scale: rope.freq_scale,
+    };
+    let mut c = hp.into_config(arch, n_vocab, rope_kind);
+    c.rope.freq_factors = rope.freq_factors;
+    c.rope_sliding = c.rope.clone();
+    Ok(c)
+}

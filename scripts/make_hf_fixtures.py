@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Make tiny random-weight Hugging Face checkpoints and HF transformers' outputs on them.
+
+Writes tests/fixtures/hf-tiny-<name>/ for each checkpoint: config.json, generation_config.json,
+safetensors weights (one file, or shards with model.safetensors.index.json), tokenizer.json,
+tokenizer_config.json and reference.json. reference.json holds, per token-id prompt, the
+last-position logits, 8 greedy tokens and the per-layer hidden-state norms at the last position,
+plus token ids of a few strings and of a rendered chat, as HF `tokenizers` / transformers give them.
+
+Needs torch, transformers and tokenizers. Usage: make_hf_fixtures.py [OUT_DIR]
+"""
+import json
+import os
+import sys
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast,
+                          Qwen3Config)
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog. " * 3,
+    "Hello world! Hello there, how are you today?",
+    "fn main() { println!(\"hello\"); } // code 12345 and 67890",
+    "Unicode: café, naïve, 日本語, emoji 🦀🔥 and    whitespace runs\n\n\ttabs",
+    "def add(a, b):\n    return a + b\n",
+]
+PROMPTS = [[1, 2, 3, 4, 5], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50], [7]]
+STRINGS = [
+    "Hello world!",
+    "The quick brown fox jumps over the lazy dog.",
+    "café 日本語 🦀  two  spaces\n\tdone",
+    "x = f(12345)",
+]
+CHAT = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Hello world!"},
+]
+N_GREEDY = 8
+
+QWEN_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+LLAMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{% endif %}"
+)
+
+
+def make_tokenizer(specials):
+    """A byte-level BPE of 300 tokens trained on CORPUS, then the special tokens."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS, trainer=trainer)
+    tok.add_special_tokens(specials)
+    return tok
+
+
+def save_tokenizer(tok, out, template, bos, eos, extra):
+    tok.save(os.path.join(out, "tokenizer.json"))
+    fast = PreTrainedTokenizerFast(tokenizer_file=os.path.join(out, "tokenizer.json"),
+                                   bos_token=bos, eos_token=eos, **extra)
+    fast.chat_template = template
+    fast.save_pretrained(out)
+    # save_pretrained rewrites tokenizer.json with the same content; keep the config it writes.
+    return fast
+
+
+@torch.no_grad()
+def reference(model, fast):
+    model.eval()
+    out = {"prompts": []}
+    for ids in PROMPTS:
+        x = torch.tensor([ids])
+        res = model(x, output_hidden_states=True)
+        logits = res.logits[0, -1].float().tolist()
+        norms = [float(h[0, -1].float().norm()) for h in res.hidden_states]
+        seq = list(ids)
+        for _ in range(N_GREEDY):
+            nxt = int(model(torch.tensor([seq])).logits[0, -1].argmax())
+            seq.append(nxt)
+        out["prompts"].append({
+            "ids": ids,
+            "last_logits": logits,
+            "greedy": seq[len(ids):],
+            "hidden_norms": norms,
+        })
+    out["strings"] = [{"text": s, "ids": fast.encode(s, add_special_tokens=False)}
+                      for s in STRINGS]
+    out["chat"] = {
+        "messages": CHAT,
+        "ids": list(fast.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=True,
+                                             return_dict=False)),
+    }
+    return out
+
+
+def build(name, cfg_cls, cfg_kw, specials, template, bos, eos, extra, dtype, shard, out_root):
+    out = os.path.join(out_root, f"hf-tiny-{name}")
+    os.makedirs(out, exist_ok=True)
+    tok = make_tokenizer(specials)
+    vocab = tok.get_vocab_size()
+    cfg = cfg_cls(vocab_size=vocab, bos_token_id=tok.token_to_id(bos) if bos else None,
+                  eos_token_id=tok.token_to_id(eos), **cfg_kw)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg).to(torch.float32)
+    # Random init is small; widen the norms' weights so the test sees them.
+    for n, p in model.named_parameters():
+        if "norm" in n:
+            p.data = 1.0 + 0.5 * torch.randn_like(p)
+        else:
+            p.data = 0.08 * torch.randn_like(p)
+    model = model.to(dtype)
+    kw = {"max_shard_size": "300KB"} if shard else {}
+    model.save_pretrained(out, **kw)
+    fast = save_tokenizer(tok, out, template, bos, eos, extra)
+    # The reference runs in f32 on the stored weights (bf16 values widened exactly).
+    ref = reference(model.to(torch.float32), fast)
+    ref["dtype"] = str(dtype).removeprefix("torch.")
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    print(name, sorted(os.listdir(out)))
+
+
+def main():
+    out_root = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures"
+    common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  rms_norm_eps=1e-5)
+    llama_specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                      "<|end_header_id|>", "<|eot_id|>"]
+    llama_kw = dict(common, rope_theta=50000.0, tie_word_embeddings=False,
+                    rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 64})
+    build("llama", LlamaConfig, llama_kw, llama_specials, LLAMA_TEMPLATE,
+          "<|begin_of_text|>", "<|eot_id|>", {}, torch.float32, False, out_root)
+    build("llama-bf16", LlamaConfig, llama_kw, llama_specials, LLAMA_TEMPLATE,
+          "<|begin_of_text|>", "<|eot_id|>", {}, torch.bfloat16, False, out_root)
+    qwen_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    qwen_kw = dict(common, head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True,
+                   rms_norm_eps=1e-6)
+    build("qwen3", Qwen3Config, qwen_kw, qwen_specials, QWEN_TEMPLATE, None, "<|im_end|>",
+          {"pad_token": "<|endoftext|>"}, torch.float32, True, out_root)
+
+
+if __name__ == "__main__":
+    main()
