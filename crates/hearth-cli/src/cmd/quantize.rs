@@ -142,19 +142,6 @@ fn check_conversions(
             requantized += 1;
         }
     }
-    let unloadable: Vec<&str> = tensors
-        .iter()
-        .zip(choices)
-        .filter(|(_, c)| !supports_dequantize(c.ty))
-        .map(|(t, _)| t.name.as_str())
-        .collect();
-    if let Some(first) = unloadable.first() {
-        eprintln!(
-            "hearth: warning: {} tensors ({first}, ...) get llama.cpp's fallback type for their \
-             row length, IQ4_NL, which llama.cpp runs but hearth cannot load yet",
-            unloadable.len()
-        );
-    }
     if requantized > 0 {
         eprintln!(
             "hearth: warning: requantizing {requantized} already quantized tensors; the result \
