@@ -11,12 +11,12 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::body::Body;
-use sha2::{Digest, Sha256};
 use super::gguf_facts::GgufFacts;
 use super::{tagged_name, timestamp};
 use crate::app::AppState;
 use crate::error::{ApiError, OllamaError};
 use crate::models::ModelListing;
+use sha2::{Digest, Sha256};
 
 /// Reads a GGUF's facts off the async threads (it parses the whole metadata section).
 async fn facts(path: PathBuf, verbose: bool) -> Result<GgufFacts, ApiError> {
