@@ -253,3 +253,93 @@ fn bad_folders_give_one_clear_error() {
         "{e}"
     );
 }
+
+/// Rewrite a folder's single f32 `model.safetensors` as F16 (tensors in the same order).
+fn convert_to_f16(dir: &Path) {
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).expect("read");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).expect("header");
+    let data = &bytes[8 + n..];
+    let mut entries: Vec<(&String, &serde_json::Value)> = header
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .collect();
+    entries.sort_by_key(|(_, v)| v["data_offsets"][0].as_u64());
+    let (mut new_header, mut new_data) = (serde_json::Map::new(), Vec::new());
+    for (name, v) in entries {
+        assert_eq!(v["dtype"], "F32", "{name}");
+        let (s, e) = (
+            v["data_offsets"][0].as_u64().expect("start") as usize,
+            v["data_offsets"][1].as_u64().expect("end") as usize,
+        );
+        let src: Vec<f32> = data[s..e]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        let mut dst = vec![0u8; src.len() * 2];
+        hearth_quant::quantize_row(hearth_quant::GgmlType::F16, &src, &mut dst).expect("f16");
+        let start = new_data.len();
+        new_data.extend_from_slice(&dst);
+        new_header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": "F16", "shape": v["shape"],
+                "data_offsets": [start, new_data.len()]}),
+        );
+    }
+    let mut text = serde_json::to_string(&new_header).expect("json");
+    while text.len() % 8 != 0 {
+        text.push(' ');
+    }
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(&new_data);
+    std::fs::write(&path, out).expect("write");
+}
+
+#[test]
+fn llama_f16_matches_transformers_within_f16_error() {
+    let dir = scratch_copy("hf-tiny-llama", "f16");
+    convert_to_f16(&dir);
+    let r = reference(&dir);
+    let opened = Engine::load(
+        &dir,
+        &EngineOptions {
+            n_ctx: 1024,
+            n_threads: 2,
+            ..EngineOptions::default()
+        },
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut engine = opened.expect("f16 folder loads");
+    let (max_diff, greedy) = run_prompts(&mut engine, &r);
+    eprintln!("f16: max |logit diff| = {max_diff:e}");
+    // NOTE: weights rounded to f16 (and activations, for the dot products) against the f32
+    // reference: relative errors of a few 2^-11.
+    assert!(max_diff < 1e-2, "f16: max |logit diff| {max_diff}");
+    for (got, p) in greedy.iter().zip(&r.prompts) {
+        assert_eq!(got, &p.greedy, "f16 greedy tokens after {:?}", p.ids);
+    }
+}
+
+/// The fixture's Llama 3 rope scaling is visible in the logits: dropping it moves them far
+/// beyond the tolerance above, so the test above checks the scaling too.
+#[test]
+fn llama3_rope_scaling_is_checked_by_the_fixture() {
+    let dir = scratch_copy("hf-tiny-llama", "unscaled");
+    edit(&dir.join("config.json"), "\"llama3\"", "\"default\"");
+    let r = reference(&dir);
+    let opened = Engine::load(
+        &dir,
+        &EngineOptions {
+            n_ctx: 1024,
+            n_threads: 2,
+            ..EngineOptions::default()
+        },
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let (max_diff, _) = run_prompts(&mut opened.expect("loads"), &r);
+    eprintln!("without llama3 scaling: max |logit diff| = {max_diff:e}");
+    assert!(max_diff > 2e-2, "unscaled rope gives {max_diff}");
+}
