@@ -343,3 +343,31 @@ fn llama3_rope_scaling_is_checked_by_the_fixture() {
     eprintln!("without llama3 scaling: max |logit diff| = {max_diff:e}");
     assert!(max_diff > 2e-2, "unscaled rope gives {max_diff}");
 }
+
+/// Every HF architecture hearth claims has a fixture checked against transformers.
+#[test]
+fn every_hf_architecture_has_a_fixture() {
+    let mut covered = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join("tests/fixtures")).expect("fixtures") {
+        let dir = entry.expect("entry").path();
+        let is_hf = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("hf-tiny-"));
+        if is_hf && dir.join("reference.json").is_file() {
+            let config: serde_json::Value = read_json(&dir.join("config.json"));
+            covered.push(
+                config["architectures"][0]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            );
+        }
+    }
+    for (name, _) in hearth_models::registry::HF_ARCHITECTURES {
+        assert!(
+            covered.iter().any(|c| c == name),
+            "{name} has no tests/fixtures/hf-tiny-* folder (scripts/make_hf_fixtures.py)"
+        );
+    }
+}

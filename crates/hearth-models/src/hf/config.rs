@@ -32,6 +32,14 @@ impl HfConfig {
         }
     }
 
+    /// A config from an already parsed object; `path` names it in errors.
+    pub fn from_json(path: &Path, json: Map<String, Value>) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            json,
+        }
+    }
+
     /// An error about `key` of this file.
     pub fn error(&self, key: &str, reason: impl Into<String>) -> ModelError {
         ModelError::HfConfig {
@@ -172,4 +180,69 @@ pub fn decoder_config(
     c.rope.freq_factors = rope.freq_factors;
     c.rope_sliding = c.rope.clone();
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(json: Value) -> HfConfig {
+        match json {
+            Value::Object(m) => HfConfig::from_json(Path::new("config.json"), m),
+            _ => unreachable!("tests pass objects"),
+        }
+    }
+
+    fn llama(extra: Value) -> Value {
+        let mut v = serde_json::json!({
+            "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 300,
+        });
+        if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
+            m.extend(e);
+        }
+        v
+    }
+
+    #[test]
+    fn rope_scaling_and_rope_parameters_read_the_same() {
+        let scaling = serde_json::json!({"rope_type": "llama3", "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64});
+        let old = config(llama(serde_json::json!({
+            "rope_theta": 50000.0, "rope_scaling": scaling.clone()})));
+        let mut params = scaling;
+        params["rope_theta"] = 50000.0.into();
+        let new = config(llama(serde_json::json!({"rope_parameters": params})));
+        let a = decoder_config(&old, "llama", RopeKind::Neox).expect("old style");
+        let b = decoder_config(&new, "llama", RopeKind::Neox).expect("new style");
+        assert_eq!(a, b);
+        assert_eq!(a.rope.freq_base, 50000.0);
+        assert_eq!(a.head_dim, 16);
+        // The highest frequencies keep their speed, the lowest are slowed by `factor`.
+        assert_eq!(a.rope.freq_factors.first(), Some(&1.0));
+        assert_eq!(a.rope.freq_factors.last(), Some(&8.0));
+    }
+
+    #[test]
+    fn unsupported_keys_are_named() {
+        let bad = |extra: Value| {
+            decoder_config(&config(llama(extra)), "llama", RopeKind::Neox)
+                .expect_err("must fail")
+                .to_string()
+        };
+        let e = bad(serde_json::json!({"rope_scaling": {"type": "dynamic", "factor": 2.0}}));
+        assert!(
+            e.contains("'rope_scaling.rope_type'") && e.contains("dynamic"),
+            "{e}"
+        );
+        let e = bad(serde_json::json!({"hidden_act": "gelu"}));
+        assert!(e.contains("'hidden_act'") && e.contains("gelu"), "{e}");
+        let e = bad(serde_json::json!({"attention_bias": true}));
+        assert!(e.contains("'attention_bias'"), "{e}");
+        let e = bad(serde_json::json!({"num_key_value_heads": 3}));
+        assert!(e.contains("'num_key_value_heads'"), "{e}");
+        let e = bad(serde_json::json!({"hidden_size": "64"}));
+        assert!(e.contains("'hidden_size'"), "{e}");
+    }
 }
