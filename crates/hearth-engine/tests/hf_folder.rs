@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use common::{argmax, open_engine, read_json, repo_root};
 use hearth_engine::{Engine, EngineOptions, Sequence};
-use hearth_tokenizer::ChatMessage;
+use hearth_tokenizer::{ChatMessage, StreamDecoder};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -129,6 +129,10 @@ fn tokenizer_json_matches_hf_tokenizers() {
             let ids = engine.tokenizer.encode(&s.text, false).expect("encodes");
             assert_eq!(ids, s.ids, "{name}: {:?}", s.text);
             assert_eq!(engine.tokenizer.decode(&ids), s.text, "{name}: decode");
+            let mut stream = StreamDecoder::new(&engine.tokenizer);
+            let mut text: String = ids.iter().map(|&id| stream.push(id)).collect();
+            text.push_str(&stream.finish());
+            assert_eq!(text, s.text, "{name}: streamed decode");
         }
         let messages: Vec<ChatMessage> = r
             .chat
@@ -227,6 +231,18 @@ fn bad_folders_give_one_clear_error() {
     std::fs::remove_file(dir.join("model-00002-of-00002.safetensors")).expect("rm");
     let e = load_error(&dir);
     assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
+
+    let dir = scratch_copy("hf-tiny-qwen3", "total");
+    edit(
+        &dir.join("model.safetensors.index.json"),
+        "\"total_size\": 472576",
+        "\"total_size\": 472580",
+    );
+    let e = load_error(&dir);
+    assert!(
+        e.contains("model.safetensors.index.json") && e.contains("total_size"),
+        "{e}"
+    );
 
     let dir = scratch_copy("hf-tiny-qwen3", "truncated");
     let shard = dir.join("model-00001-of-00002.safetensors");

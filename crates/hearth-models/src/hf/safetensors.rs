@@ -51,8 +51,8 @@ impl SafetensorsFolder {
     pub fn open(dir: &Path) -> Result<Self, ModelError> {
         let index = dir.join(INDEX);
         let (files, weight_map) = if index.is_file() {
-            let (files, map) = read_index(&index)?;
-            (files, Some(map))
+            let (files, map, total) = read_index(&index)?;
+            (files, Some((map, total)))
         } else if dir.join(SINGLE).is_file() {
             (vec![SINGLE.to_string()], None)
         } else {
@@ -65,7 +65,14 @@ impl SafetensorsFolder {
         for name in files {
             folder.add_shard(&dir.join(name))?;
         }
-        if let Some(map) = weight_map {
+        if let Some((map, total_size)) = weight_map {
+            let sum = folder.total_bytes();
+            if total_size.is_some_and(|t| t != sum) {
+                return Err(bad_file(
+                    &index,
+                    format!("metadata.total_size is {total_size:?} but the shards hold {sum} bytes of tensors"),
+                ));
+            }
             for (tensor, file) in map {
                 let found = folder.tensors.get(&tensor).map(|e| &folder.shards[e.shard]);
                 if found.and_then(|s| s.path.file_name()) != Some(file.as_ref()) {
@@ -143,8 +150,9 @@ impl SafetensorsFolder {
 /// `(tensor, shard file)` pairs of an index.
 type WeightMap = Vec<(String, String)>;
 
-/// The shard files `index` names (in order of first mention) and its tensor → file map.
-fn read_index(index: &Path) -> Result<(Vec<String>, WeightMap), ModelError> {
+/// The shard files `index` names (in order of first mention), its tensor → file map and its
+/// `metadata.total_size`.
+fn read_index(index: &Path) -> Result<(Vec<String>, WeightMap, Option<u64>), ModelError> {
     let text = std::fs::read_to_string(index).map_err(|e| bad_file(index, e.to_string()))?;
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| bad_file(index, e.to_string()))?;
@@ -165,7 +173,10 @@ fn read_index(index: &Path) -> Result<(Vec<String>, WeightMap), ModelError> {
         }
         pairs.push((tensor.clone(), file.to_string()));
     }
-    Ok((files, pairs))
+    let total = json
+        .pointer("/metadata/total_size")
+        .and_then(|v| v.as_u64());
+    Ok((files, pairs, total))
 }
 
 /// The hearth weight type of a safetensors dtype, where hearth runs it.
