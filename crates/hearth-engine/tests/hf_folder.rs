@@ -20,6 +20,7 @@ struct Reference {
 #[derive(Deserialize)]
 struct PromptRef {
     ids: Vec<u32>,
+    hidden_norms: Vec<f32>,
     last_logits: Vec<f32>,
     greedy: Vec<u32>,
 }
@@ -84,6 +85,18 @@ fn check_f32_folder(name: &str) {
     let dir = fixture(name);
     let r = reference(&dir);
     let mut engine = open_engine(&dir);
+    for p in &r.prompts {
+        let norms = engine.hidden_norms(&p.ids).expect("traced run");
+        assert_eq!(norms.len(), p.hidden_norms.len(), "{name}: hidden states");
+        for (layer, (a, b)) in norms.iter().zip(&p.hidden_norms).enumerate() {
+            // Row `layer` is the input of layer `layer` (the last row: after the final norm).
+            let rel = (a - b).abs() / b.abs().max(1e-6);
+            assert!(
+                rel < 1e-3,
+                "{name}: hidden state {layer} norm {a}, transformers {b}"
+            );
+        }
+    }
     let (max_diff, greedy) = run_prompts(&mut engine, &r);
     eprintln!("{name}: max |logit diff| = {max_diff:e}");
     for (got, p) in greedy.iter().zip(&r.prompts) {

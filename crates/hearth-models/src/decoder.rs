@@ -36,6 +36,10 @@ pub struct DecoderModel<B: Backend> {
     /// `None` when the embeddings are tied.
     output: Option<B::Weight>,
     layers: Vec<Layer<B::Weight>>,
+    /// When `Some`, each forward replaces it with the L2 norms of the last row's hidden state:
+    /// after the embedding, after each layer but the last, and after the final norm, which
+    /// are the rows of HF transformers' `output_hidden_states` (for reference comparisons).
+    trace: std::sync::Mutex<Option<Vec<f32>>>,
 }
 
 impl<B: Backend> DecoderModel<B> {
@@ -76,7 +80,40 @@ impl<B: Backend> DecoderModel<B> {
             output: loader.load_optional("output.weight", c.n_vocab, e)?,
             layers,
             config,
+            trace: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Start (or stop) recording hidden-state norms; see [`Self::take_trace`].
+    pub fn set_tracing(&self, on: bool) {
+        if let Ok(mut t) = self.trace.lock() {
+            *t = on.then(Vec::new);
+        }
+    }
+
+    /// The hidden-state norms of the last forward's last row while tracing (see the field).
+    pub fn take_trace(&self) -> Vec<f32> {
+        match self.trace.lock() {
+            Ok(mut t) => t.as_mut().map(std::mem::take).unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Record the norm of `x`'s last row when tracing; `first` starts a new record.
+    fn record(&self, be: &B, x: &B::Tensor, first: bool) {
+        let Ok(mut guard) = self.trace.lock() else {
+            return;
+        };
+        let Some(trace) = guard.as_mut() else {
+            return;
+        };
+        if first {
+            trace.clear();
+        }
+        let host = be.to_host(x);
+        let n = self.config.n_embd;
+        let last = &host[host.len().saturating_sub(n)..];
+        trace.push(last.iter().map(|v| v * v).sum::<f32>().sqrt());
     }
 
     /// Run one step over `batch`, writing its K/V into `cache`; returns the logits of
@@ -120,6 +157,7 @@ impl<B: Backend> DecoderModel<B> {
         if let Some(s) = c.embed_scale {
             be.scale(&mut x, s);
         }
+        self.record(be, &x, true);
         let attn_batch = AttnBatch {
             seqs: batch.seqs,
             block_size,
@@ -142,8 +180,12 @@ impl<B: Backend> DecoderModel<B> {
             be.rms_norm(&mut h, &layer.ffn_norm, c.n_embd, c.rms_eps)?;
             let ffn = self.feed_forward(be, layer, &h)?;
             be.add(&mut x, &ffn);
+            if il + 1 < self.layers.len() {
+                self.record(be, &x, false);
+            }
         }
         be.rms_norm(&mut x, &self.output_norm, c.n_embd, c.rms_eps)?;
+        self.record(be, &x, false);
         let (rows, _) = be.shape(&x);
         let mut logits = be.zeros(rows, c.n_vocab);
         be.matmul(
