@@ -35,9 +35,6 @@ pub struct EngineOptions {
     pub n_batch: usize,
     /// A built-in chat template to use instead of the model's own (chatml, llama3, gemma, mistral).
     pub template: Option<String>,
-    /// Bytes of memory the CPU backend may spend on copies of weights in its packed-tile
-    /// layout, which make steps of a few tokens (batched decode) faster; 0 = none.
-    pub prepack_bytes: usize,
 }
 
 impl Default for EngineOptions {
@@ -48,7 +45,6 @@ impl Default for EngineOptions {
             n_threads: 0,
             n_batch: 512,
             template: None,
-            prepack_bytes: 0,
         }
     }
 }
@@ -102,8 +98,7 @@ impl Engine {
             weight_bytes,
             gguf,
         } = ModelSource::open(path, opts)?;
-        let mut backend = CpuBackend::new(opts.n_threads)?;
-        backend.prepack(opts.prepack_bytes);
+        let backend = CpuBackend::new(opts.n_threads)?;
         let n_ctx = match opts.n_ctx {
             0 => config.n_ctx_train.min(4096),
             n => n,
