@@ -102,3 +102,29 @@ fn missing_model_file_is_one_clear_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_hugging_face_folder_is_served_and_listed() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hf-tiny-llama");
+    let server = TestServer::start(&["--model", &format!("tiny={}", dir.display())]);
+    let client = reqwest::blocking::Client::new();
+    let r: serde_json::Value = client
+        .post(server.url("/v1/completions"))
+        .json(&serde_json::json!({"model": "tiny", "prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(r["usage"]["completion_tokens"], 4, "{r}");
+    let tags: serde_json::Value = client
+        .get(server.url("/api/tags"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let details = &tags["models"][0]["details"];
+    assert_eq!(details["format"], "safetensors", "{tags}");
+    assert_eq!(details["family"], "llama", "{tags}");
+    assert_eq!(details["quantization_level"], "F32", "{tags}");
+}

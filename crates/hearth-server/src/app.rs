@@ -145,10 +145,12 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         );
     }
     if config.models.is_empty() {
-        anyhow::bail!("no model to serve: pass --model path.gguf (or name=path.gguf)");
+        anyhow::bail!(
+            "no model to serve: pass --model path.gguf or a Hugging Face folder (or name=path)"
+        );
     }
     for m in &config.models {
-        if !m.path.is_file() {
+        if !m.path.exists() {
             anyhow::bail!("--model {}: no such file: {}", m.name, m.path.display());
         }
     }

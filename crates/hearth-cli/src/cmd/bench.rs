@@ -9,7 +9,7 @@ use super::run::LoadArgs;
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// GGUF model file
+    /// GGUF model file, or a Hugging Face folder (config.json, safetensors, tokenizer.json)
     model: PathBuf,
     /// Prompt tokens for the prompt-processing test
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]

@@ -9,7 +9,7 @@ use hearth_tokenizer::ChatMessage;
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// GGUF model file
+    /// GGUF model file, or a Hugging Face folder (config.json, safetensors, tokenizer.json)
     pub model: PathBuf,
     /// The prompt; without one, an interactive chat (or the whole of standard input, when it is
     /// not a terminal)

@@ -7,7 +7,7 @@ use hearth_gguf::GgufFile;
 
 #[derive(Args)]
 pub struct ShowArgs {
-    /// GGUF model file
+    /// GGUF model file, or a Hugging Face folder (config.json, safetensors, tokenizer.json)
     model: PathBuf,
     /// Context size to estimate the KV cache for (default: the model's, at most 4096)
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
@@ -23,6 +23,9 @@ pub struct ShowArgs {
 const MIB: f64 = 1024.0 * 1024.0;
 
 pub fn run(a: ShowArgs) -> anyhow::Result<()> {
+    if a.model.is_dir() {
+        return show_folder(&a);
+    }
     let file = GgufFile::open(&a.model).with_context(|| a.model.display().to_string())?;
     let meta = file.metadata();
     let config =
@@ -111,4 +114,32 @@ fn human_count(n: u64) -> String {
         n if n >= 1_000_000 => format!("{:.1} M", n as f64 / 1e6),
         n => format!("{n}"),
     }
+}
+
+/// A Hugging Face folder: what loading it reports (weights are mapped, not read).
+fn show_folder(a: &ShowArgs) -> anyhow::Result<()> {
+    if a.metadata || a.template {
+        anyhow::bail!("--metadata and --template read GGUF metadata; a folder has none (see its config.json and tokenizer_config.json)");
+    }
+    let opts = hearth_engine::EngineOptions {
+        n_ctx: a.ctx_size,
+        n_threads: 1,
+        ..hearth_engine::EngineOptions::default()
+    };
+    let engine = hearth_engine::Engine::load(&a.model, &opts)?;
+    let info = engine.info();
+    println!("  architecture      {}", info.arch);
+    println!("  parameters        {}", human_count(info.n_params));
+    println!(
+        "  weights           {:.1} MiB",
+        info.weight_bytes as f64 / MIB
+    );
+    println!("  vocabulary        {}", engine.n_vocab());
+    println!("  context length    {} (trained)", info.n_ctx_train);
+    println!(
+        "  KV cache          {:.1} MiB at {} tokens (f16)",
+        info.kv_bytes as f64 / MIB,
+        info.n_ctx
+    );
+    Ok(())
 }

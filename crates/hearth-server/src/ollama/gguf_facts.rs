@@ -14,6 +14,8 @@ const MAX_ARRAY_ITEMS: usize = 16;
 /// Facts about one GGUF file.
 #[derive(Clone, Debug)]
 pub struct GgufFacts {
+    /// `gguf`, or `safetensors` for a Hugging Face folder.
+    pub format: &'static str,
     /// `general.architecture`, e.g. `llama`.
     pub family: String,
     pub n_params: u64,
@@ -30,6 +32,9 @@ pub struct GgufFacts {
 impl GgufFacts {
     /// Reads `path`; `verbose` keeps long arrays in `model_info`.
     pub fn read(path: &Path, verbose: bool) -> Result<Self, String> {
+        if path.is_dir() {
+            return Self::read_folder(path);
+        }
         let file = GgufFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let meta = file.metadata();
         let n_params: u64 = file.tensors().iter().map(|t| t.n_elements()).sum();
@@ -52,6 +57,7 @@ impl GgufFacts {
             .entry("general.parameter_count")
             .or_insert_with(|| json!(n_params));
         Ok(Self {
+            format: "gguf",
             family: family.to_string(),
             n_params,
             quantization: quantization(&file),
@@ -62,11 +68,48 @@ impl GgufFacts {
         })
     }
 
+    /// Facts about a Hugging Face folder, from its `config.json` and `tokenizer_config.json`.
+    /// The parameter count is not read (it would mean opening every shard): 0.
+    fn read_folder(dir: &Path) -> Result<Self, String> {
+        let read = |name: &str| -> Option<Value> {
+            let text = std::fs::read_to_string(dir.join(name)).ok()?;
+            serde_json::from_str(&text).ok()
+        };
+        let config = read("config.json")
+            .and_then(|v| v.as_object().cloned())
+            .ok_or_else(|| format!("{}: no readable config.json", dir.display()))?;
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+        let family = text(config.get("model_type")).unwrap_or_else(|| "unknown".into());
+        let dtype = text(config.get("torch_dtype").or_else(|| config.get("dtype")));
+        let tokenizer_config = read("tokenizer_config.json");
+        let model_info = config
+            .iter()
+            .filter(|(_, v)| !v.is_object() && !v.is_array())
+            .map(|(k, v)| (format!("{family}.{k}"), v.clone()))
+            .collect();
+        Ok(Self {
+            format: "safetensors",
+            family,
+            n_params: 0,
+            quantization: dtype
+                .map(|d| d.to_uppercase().replace("FLOAT", "F"))
+                .unwrap_or_default(),
+            template: text(
+                tokenizer_config
+                    .as_ref()
+                    .and_then(|t| t.get("chat_template")),
+            ),
+            license: None,
+            stop: Vec::new(),
+            model_info,
+        })
+    }
+
     /// Ollama's `details` object.
     pub fn details(&self) -> Value {
         json!({
             "parent_model": "",
-            "format": "gguf",
+            "format": self.format,
             "family": self.family,
             "families": [self.family],
             "parameter_size": human_number(self.n_params),
