@@ -8,14 +8,8 @@ use hearth_kv::BlockPool;
 use hearth_models::DecoderModel;
 use hearth_tokenizer::{ChatMessage, Tokenizer};
 
-use crate::PromptBuilder;
-
-// NOTE: declared here rather than in lib.rs; it is this file's helper.
-#[path = "source.rs"]
-mod source;
-use source::ModelSource;
-
-use crate::{EngineError, SeqStep, Sequence};
+use crate::source::ModelSource;
+use crate::{EngineError, PromptBuilder, SeqStep, Sequence};
 
 /// Tokens per KV block.
 pub const BLOCK_SIZE: usize = 32;

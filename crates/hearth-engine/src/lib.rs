@@ -2,7 +2,8 @@
 //! run through them.
 //!
 //! One step is one batched forward over the tokens of the sequences it is given. The CLI runs
-//! one sequence at a time; the server's scheduler hands several to the same step.
+//! one sequence at a time; the server's scheduler hands several to the same step. Models come
+//! from a GGUF file or a Hugging Face folder (`source.rs`).
 
 mod batch_step;
 mod engine;
@@ -12,6 +13,7 @@ mod plan_step;
 mod prompt;
 pub mod scheduler;
 mod sequence;
+mod source;
 
 pub use batch_step::SeqStep;
 pub use engine::{Engine, EngineOptions, ModelInfo};
