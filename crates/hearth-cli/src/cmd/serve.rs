@@ -10,9 +10,10 @@ use hearth_server::ServeConfig;
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// GGUF model files to serve (same as --model)
+    /// GGUF model files or Hugging Face folders to serve (same as --model)
     pub models: Vec<String>,
-    /// A model to serve: path.gguf (named after the file stem) or name=path.gguf; repeat for more
+    /// A model to serve: a GGUF file or Hugging Face folder (named after the file stem or folder
+    /// name), or name=path; repeat for more
     #[arg(short = 'm', long = "model")]
     pub model: Vec<String>,
     /// Address to listen on; anything but loopback requires --api-key
