@@ -7,7 +7,11 @@ tokenizer_config.json and reference.json. reference.json holds, per token-id pro
 last-position logits, 8 greedy tokens and the per-layer hidden-state norms at the last position,
 plus token ids of a few strings and of a rendered chat, as HF `tokenizers` / transformers give them.
 
-Needs torch, transformers and tokenizers. Usage: make_hf_fixtures.py [OUT_DIR]
+Random init leaves biases at zero; every non-norm parameter, biases included, is redrawn below,
+so the Qwen2 q/k/v biases are non-zero and the test sees them.
+
+Needs torch, transformers and tokenizers. Usage: make_hf_fixtures.py [OUT_DIR [NAME...]]
+(NAME: llama, llama-bf16, qwen3, qwen2; all of them when none is given)
 """
 import json
 import os
@@ -16,7 +20,7 @@ import sys
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast,
-                          Qwen3Config)
+                          Qwen2Config, Qwen3Config)
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. " * 3,
@@ -134,6 +138,7 @@ def build(name, cfg_cls, cfg_kw, specials, template, bos, eos, extra, dtype, sha
 
 def main():
     out_root = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures"
+    only = set(sys.argv[2:])
     common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                   rms_norm_eps=1e-5)
@@ -143,15 +148,23 @@ def main():
                     rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                   "high_freq_factor": 4.0,
                                   "original_max_position_embeddings": 64})
-    build("llama", LlamaConfig, llama_kw, llama_specials, LLAMA_TEMPLATE,
-          "<|begin_of_text|>", "<|eot_id|>", {}, torch.float32, False, out_root)
-    build("llama-bf16", LlamaConfig, llama_kw, llama_specials, LLAMA_TEMPLATE,
-          "<|begin_of_text|>", "<|eot_id|>", {}, torch.bfloat16, False, out_root)
+    llama_args = (llama_specials, LLAMA_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>", {})
     qwen_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    qwen_kw = dict(common, head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True,
-                   rms_norm_eps=1e-6)
-    build("qwen3", Qwen3Config, qwen_kw, qwen_specials, QWEN_TEMPLATE, None, "<|im_end|>",
-          {"pad_token": "<|endoftext|>"}, torch.float32, True, out_root)
+    qwen_args = (qwen_specials, QWEN_TEMPLATE, None, "<|im_end|>",
+                 {"pad_token": "<|endoftext|>"})
+    qwen3_kw = dict(common, head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True,
+                    rms_norm_eps=1e-6)
+    # Qwen2: q/k/v biases, no QK-norm, untied output head (the larger Qwen2.5 models' layout).
+    qwen2_kw = dict(common, rope_theta=1000000.0, tie_word_embeddings=False, rms_norm_eps=1e-6)
+    jobs = [
+        ("llama", LlamaConfig, llama_kw, llama_args, torch.float32, False),
+        ("llama-bf16", LlamaConfig, llama_kw, llama_args, torch.bfloat16, False),
+        ("qwen3", Qwen3Config, qwen3_kw, qwen_args, torch.float32, True),
+        ("qwen2", Qwen2Config, qwen2_kw, qwen_args, torch.float32, False),
+    ]
+    for name, cfg_cls, kw, args, dtype, shard in jobs:
+        if not only or name in only:
+            build(name, cfg_cls, kw, *args, dtype, shard, out_root)
 
 
 if __name__ == "__main__":

@@ -119,6 +119,12 @@ fn qwen3_sharded_f32_matches_transformers() {
     check_f32_folder("hf-tiny-qwen3");
 }
 
+/// Qwen 2: q/k/v projection biases (non-zero in the fixture), untied output head.
+#[test]
+fn qwen2_f32_with_qkv_bias_matches_transformers() {
+    check_f32_folder("hf-tiny-qwen2");
+}
+
 #[test]
 fn llama_bf16_matches_transformers_within_bf16_error() {
     let dir = fixture("hf-tiny-llama-bf16");
@@ -230,7 +236,10 @@ fn bad_folders_give_one_clear_error() {
     );
     let e = load_error(&dir);
     assert!(e.contains("unknown architecture 'FooForCausalLM'"), "{e}");
-    assert!(e.contains("LlamaForCausalLM, Qwen3ForCausalLM"), "{e}");
+    assert!(
+        e.contains("LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"),
+        "{e}"
+    );
 
     let dir = scratch_copy("hf-tiny-llama", "rope");
     edit(&dir.join("config.json"), "\"llama3\"", "\"yarn\"");

@@ -33,6 +33,8 @@ pub struct DecoderConfig {
     pub rope_sliding: RopeSpec,
     /// Per-head RMS norm of queries and keys before rope (Qwen 3, Gemma 3).
     pub qk_norm: bool,
+    /// Learned biases added to the query, key and value projections (Qwen 2).
+    pub attn_qkv_bias: bool,
     /// Extra RMS norms on the attention and feed-forward outputs (Gemma 2/3).
     pub post_norms: bool,
     /// Embeddings are multiplied by this (Gemma: √n_embd).
@@ -171,6 +173,7 @@ impl CommonHparams {
             rope_sliding: rope.clone(),
             rope,
             qk_norm: false,
+            attn_qkv_bias: false,
             post_norms: false,
             embed_scale: None,
             activation: Activation::Silu,

@@ -20,12 +20,44 @@ struct Layer<W> {
     wo: W,                     // self_attn.o_proj  [n_embd, n_heads * head_dim]
     q_norm: Option<W>,         // self_attn.q_norm  [head_dim]
     k_norm: Option<W>,         // self_attn.k_norm
+    qkv_bias: Option<QkvBias>, // self_attn.{q,k,v}_proj.bias (Qwen 2)
     attn_post_norm: Option<W>, // post_attention_layernorm (Gemma)
     ffn_norm: W, // post_attention_layernorm (Llama) / pre_feedforward_layernorm (Gemma)
     ffn_gate: W, // mlp.gate_proj  [n_ff, n_embd]
     ffn_up: W,   // mlp.up_proj
     ffn_down: W, // mlp.down_proj  [n_embd, n_ff]
     ffn_post_norm: Option<W>, // post_feedforward_layernorm (Gemma)
+}
+
+/// Query, key and value projection biases, kept on the host: they are added as one broadcast
+/// row per token (the backends have no bias-add of their own).
+struct QkvBias {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl QkvBias {
+    fn load<B: Backend>(
+        loader: &TensorLoader<B>,
+        il: usize,
+        q_dim: usize,
+        kv_dim: usize,
+    ) -> Result<Self, ModelError> {
+        let n = |s: &str| format!("blk.{il}.{s}.bias");
+        Ok(Self {
+            q: loader.vector_f32(&n("attn_q"), q_dim)?,
+            k: loader.vector_f32(&n("attn_k"), kv_dim)?,
+            v: loader.vector_f32(&n("attn_v"), kv_dim)?,
+        })
+    }
+}
+
+/// `x[r] += bias` for every row `r` of `x`.
+fn add_row<B: Backend>(be: &B, x: &mut B::Tensor, bias: &[f32]) {
+    let (rows, cols) = be.shape(x);
+    let tiled: Vec<f32> = bias.iter().copied().cycle().take(rows * cols).collect();
+    be.add(x, &be.upload(&tiled, rows, cols));
 }
 
 /// A decoder-only transformer on backend `B`.
@@ -66,6 +98,11 @@ impl<B: Backend> DecoderModel<B> {
                 wo: loader.load(&n("attn_output"), e, q_dim)?,
                 q_norm: norm_opt("attn_q_norm", c.head_dim, c.qk_norm)?,
                 k_norm: norm_opt("attn_k_norm", c.head_dim, c.qk_norm)?,
+                qkv_bias: if c.attn_qkv_bias {
+                    Some(QkvBias::load(loader, i, q_dim, kv_dim)?)
+                } else {
+                    None
+                },
                 attn_post_norm: norm_opt("post_attention_norm", e, c.post_norms)?,
                 ffn_norm: loader.load(&n("ffn_norm"), 1, e)?,
                 ffn_gate: loader.load(&n("ffn_gate"), c.n_ff, e)?,
@@ -223,6 +260,11 @@ impl<B: Backend> DecoderModel<B> {
         be.matmul(&layer.wq, h, &mut q)?;
         be.matmul(&layer.wk, h, &mut k)?;
         be.matmul(&layer.wv, h, &mut v)?;
+        if let Some(b) = &layer.qkv_bias {
+            add_row(be, &mut q, &b.q);
+            add_row(be, &mut k, &b.k);
+            add_row(be, &mut v, &b.v);
+        }
         if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
             be.rms_norm(&mut q, qn, c.head_dim, c.rms_eps)?;
             be.rms_norm(&mut k, kn, c.head_dim, c.rms_eps)?;

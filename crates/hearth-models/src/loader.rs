@@ -101,6 +101,20 @@ impl<'b, B: Backend> TensorLoader<'b, B> {
         Ok(self.backend.load_weight(self.host(name, rows, cols)?)?)
     }
 
+    /// Vector `name` of length `len`, widened to f32 on the host (small tensors such as
+    /// biases, which the decoder adds itself).
+    pub fn vector_f32(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+        let w = self.host(name, 1, len)?;
+        let mut out = vec![0.0; len];
+        hearth_quant::dequantize_row(w.ty, w.data.bytes(), &mut out).map_err(|e| {
+            ModelError::BadTensor {
+                name: w.name.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(out)
+    }
+
     /// Like [`Self::load`], but `None` when the source has no such tensor.
     pub fn load_optional(
         &self,

@@ -15,6 +15,7 @@ type HfConfigFn = fn(&HfConfig) -> Result<DecoderConfig, ModelError>;
 /// `general.architecture` → how to configure it.
 pub const ARCHITECTURES: &[(&str, ConfigFn)] = &[
     ("llama", arch::llama::config),
+    ("qwen2", arch::qwen2::config),
     ("qwen3", arch::qwen3::config),
     ("gemma3", arch::gemma3::config),
 ];
@@ -22,6 +23,7 @@ pub const ARCHITECTURES: &[(&str, ConfigFn)] = &[
 /// HF `architectures[0]` → how to configure it from `config.json`.
 pub const HF_ARCHITECTURES: &[(&str, HfConfigFn)] = &[
     ("LlamaForCausalLM", arch::llama::hf_config),
+    ("Qwen2ForCausalLM", arch::qwen2::hf_config),
     ("Qwen3ForCausalLM", arch::qwen3::hf_config),
 ];
 

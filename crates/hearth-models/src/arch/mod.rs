@@ -2,6 +2,7 @@
 
 pub mod gemma3;
 pub mod llama;
+pub mod qwen2;
 pub mod qwen3;
 
 use hearth_gguf::GgufFile;

@@ -101,7 +101,11 @@ fn hf_name(gguf: &str) -> Option<String> {
     }
     let rest = gguf.strip_prefix("blk.")?;
     let (layer, rest) = rest.split_once('.')?;
-    let module = match rest.strip_suffix(".weight")? {
+    let (rest, suffix) = match rest.strip_suffix(".bias") {
+        Some(r) => (r, "bias"),
+        None => (rest.strip_suffix(".weight")?, "weight"),
+    };
+    let module = match rest {
         "attn_norm" => "input_layernorm",
         "attn_q" => "self_attn.q_proj",
         "attn_k" => "self_attn.k_proj",
@@ -115,7 +119,7 @@ fn hf_name(gguf: &str) -> Option<String> {
         "ffn_down" => "mlp.down_proj",
         _ => return None,
     };
-    Some(format!("model.layers.{layer}.{module}.weight"))
+    Some(format!("model.layers.{layer}.{module}.{suffix}"))
 }
 
 impl TensorSource for HfTensors {
@@ -192,6 +196,10 @@ mod tests {
             Some("model.layers.0.post_attention_layernorm.weight")
         );
         assert_eq!(hf_name("output.weight").as_deref(), Some("lm_head.weight"));
+        assert_eq!(
+            hf_name("blk.1.attn_v.bias").as_deref(),
+            Some("model.layers.1.self_attn.v_proj.bias")
+        );
         assert_eq!(hf_name("blk.0.post_ffw_norm.weight"), None);
         assert_eq!(hf_name("rope_freqs.weight"), None);
     }
