@@ -4,16 +4,13 @@
 
 use half::f16;
 
-/// The 16 levels (`kvalues_iq4nl`).
-const LEVELS: [i8; 16] = [
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-];
+use crate::blocks::KVALUES_IQ4NL as LEVELS;
 
 /// Scale searches on each side of the starting scale.
 const N_TRY: i32 = 7;
 
 /// Bytes of one block: the f16 scale, then 16 bytes of index pairs.
-pub(crate) const BLOCK_BYTES: usize = 18;
+pub(crate) const BLOCK_BYTES: usize = std::mem::size_of::<crate::blocks::BlockIQ4_NL>();
 
 /// The index of the level nearest `x` (`best_index_int8`; ties go to the upper level).
 fn best_index(x: f32) -> usize {
