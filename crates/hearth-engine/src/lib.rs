@@ -19,5 +19,6 @@ pub use batch_step::SeqStep;
 pub use engine::{Engine, EngineOptions, ModelInfo};
 pub use error::EngineError;
 pub use generate::{FinishReason, GenerationReport};
+pub use plan_step::PlanLogits;
 pub use prompt::PromptBuilder;
 pub use sequence::Sequence;

@@ -8,6 +8,34 @@ use crate::engine::BLOCK_SIZE;
 use crate::scheduler::{RequestId, Scheduler, SchedulerConfig, StepPlan};
 use crate::{Engine, EngineError};
 
+/// The next-token logits of a plan's sampling sequences, in plan order: one `[n_vocab]` row
+/// each, kept in the forward pass's own buffer (no copy per sequence).
+#[derive(Debug, Default)]
+pub struct PlanLogits {
+    ids: Vec<RequestId>,
+    /// `[ids.len(), n_vocab]` row-major.
+    rows: Vec<f32>,
+    n_vocab: usize,
+}
+
+impl PlanLogits {
+    /// (request, its logits row), in plan order.
+    pub fn iter(&self) -> impl Iterator<Item = (RequestId, &[f32])> {
+        self.ids
+            .iter()
+            .copied()
+            .zip(self.rows.chunks_exact(self.n_vocab.max(1)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
 impl Engine {
     /// A scheduler that owns this engine's KV block pool. From then on the cache belongs to
     /// the scheduler's plans: [`Sequence`](crate::Sequence)-based calls find no free blocks.
@@ -17,9 +45,9 @@ impl Engine {
     }
 
     /// One batched forward over every sequence of `plan`, each at its own positions and
-    /// through its own block table. Returns the next-token logits (`[n_vocab]`) of each
-    /// sequence that samples, in plan order.
-    pub fn run_plan(&mut self, plan: &StepPlan) -> Result<Vec<(RequestId, Vec<f32>)>, EngineError> {
+    /// through its own block table. Returns the next-token logits of each sequence that
+    /// samples, in plan order.
+    pub fn run_plan(&mut self, plan: &StepPlan) -> Result<PlanLogits, EngineError> {
         let mut tokens = Vec::with_capacity(plan.n_tokens());
         let mut positions = Vec::with_capacity(plan.n_tokens());
         let mut logits_rows = Vec::new();
@@ -55,7 +83,7 @@ impl Engine {
             }
         }
         if tokens.is_empty() {
-            return Ok(Vec::new());
+            return Ok(PlanLogits::default());
         }
         let batch = Batch {
             tokens: &tokens,
@@ -66,13 +94,15 @@ impl Engine {
         let logits = self
             .model
             .forward(&self.backend, &batch, &mut self.cache, BLOCK_SIZE)?;
-        let n_vocab = self.n_vocab();
-        Ok(plan
-            .seqs
-            .iter()
-            .filter(|s| s.sample)
-            .zip(logits.chunks_exact(n_vocab))
-            .map(|(s, row)| (s.id, row.to_vec()))
-            .collect())
+        Ok(PlanLogits {
+            ids: plan
+                .seqs
+                .iter()
+                .filter(|s| s.sample)
+                .map(|s| s.id)
+                .collect(),
+            rows: logits,
+            n_vocab: self.n_vocab(),
+        })
     }
 }

@@ -71,7 +71,7 @@ fn scheduled(
             .iter()
             .map(|(id, row)| {
                 let t = argmax(row);
-                (*id, t, engine.tokenizer.is_eog(t))
+                (id, t, engine.tokenizer.is_eog(t))
             })
             .collect();
         for &(id, t, _) in &sampled {

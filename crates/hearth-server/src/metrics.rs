@@ -88,7 +88,13 @@ impl Metrics {
 
     pub fn set_engine(&self, model: &str, gauges: EngineGauges) {
         let mut map = self.engines.lock().unwrap_or_else(|e| e.into_inner());
-        map.insert(model.to_string(), gauges);
+        // NOTE: called after every engine step; no allocation once the model has an entry.
+        match map.get_mut(model) {
+            Some(g) => *g = gauges,
+            None => {
+                map.insert(model.to_string(), gauges);
+            }
+        }
     }
 
     /// Forget an unloaded model's gauges.

@@ -127,9 +127,9 @@ impl EngineLoop {
         };
         let tokenizer = self.engine.tokenizer.clone();
         let mut sampled = Vec::with_capacity(logits.len());
-        for (id, row) in &logits {
+        for (id, row) in logits.iter() {
             let (Some(active), Some(history)) =
-                (self.active.get_mut(id), self.scheduler.tokens(*id))
+                (self.active.get_mut(&id), self.scheduler.tokens(id))
             else {
                 continue;
             };
@@ -139,7 +139,7 @@ impl EngineLoop {
             } else {
                 self.metrics.ttft.observe(active.age());
             }
-            sampled.push((*id, s.token, s.stop));
+            sampled.push((id, s.token, s.stop));
         }
         let finished = self.scheduler.update(&plan, &sampled);
         for &(id, _, _) in &sampled {
