@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-models.sh smollm2 gemma3 >/dev/null
 scripts/setup-test-clients.sh
+# A one-off build gains nothing from incremental state, which would double the build directory.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo test --workspace --locked --no-fail-fast "$@"
