@@ -21,6 +21,9 @@ pub enum BackendError {
     Unsupported(String),
     #[error("out of memory: {0}")]
     OutOfMemory(String),
+    /// The device failed an operation (a launch, a copy, a synchronization).
+    #[error("{0}")]
+    Device(String),
     #[error(transparent)]
     Quant(#[from] hearth_quant::QuantError),
 }
@@ -46,20 +49,35 @@ pub trait Backend: Send + Sync {
         f()
     }
 
+    /// Announce the shape of the forward pass about to run. Two passes with the same `Some` key
+    /// make the same calls with the same shapes in the same order, and differ only in the host
+    /// data they pass (tokens, positions, block tables), so a backend may record the first and
+    /// replay the recording (a CUDA graph). `None`: run every call as it comes.
+    fn begin_forward(&self, key: Option<u64>) {
+        let _ = key;
+    }
+
     /// Prepare a weight for this device. The CPU backend keeps a reference to the host bytes
     /// (no copy); a GPU backend uploads them.
     fn load_weight(&self, weight: HostWeight) -> Result<Self::Weight, BackendError>;
     /// Allocate KV storage for `spec.n_blocks` blocks of `spec.block_size` token slots.
     fn new_kv_cache(&self, spec: &KvSpec) -> Result<Self::KvCache, BackendError>;
 
-    /// A zeroed `[rows, cols]` tensor.
-    fn zeros(&self, rows: usize, cols: usize) -> Self::Tensor;
+    /// A `[rows, cols]` tensor for an op to write into. Its values are unspecified until then
+    /// (every op writes all of its output), so a device need not clear it.
+    fn alloc(&self, rows: usize, cols: usize) -> Result<Self::Tensor, BackendError>;
     /// Copy `[rows, cols]` host values to the device.
-    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Self::Tensor;
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<Self::Tensor, BackendError>;
     /// Copy a tensor back to the host, row-major.
-    fn to_host(&self, t: &Self::Tensor) -> Vec<f32>;
+    fn to_host(&self, t: &Self::Tensor) -> Result<Vec<f32>, BackendError>;
+    /// Copy a tensor back into `out` (replacing what it held), reusing its allocation: logits
+    /// of many sequences are tens of MB per step, too much to allocate afresh each time.
+    fn to_host_into(&self, t: &Self::Tensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        *out = self.to_host(t)?;
+        Ok(())
+    }
     /// A copy of a tensor.
-    fn copy(&self, t: &Self::Tensor) -> Self::Tensor;
+    fn copy(&self, t: &Self::Tensor) -> Result<Self::Tensor, BackendError>;
     /// `(rows, cols)` of a tensor.
     fn shape(&self, t: &Self::Tensor) -> (usize, usize);
 
@@ -97,13 +115,95 @@ pub trait Backend: Send + Sync {
         rope: &RopeSpec,
     ) -> Result<(), BackendError>;
     /// `x += y`.
-    fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor);
+    fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<(), BackendError>;
     /// `x *= s`.
-    fn scale(&self, x: &mut Self::Tensor, s: f32);
+    fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<(), BackendError>;
     /// Gated linear unit: `gate = act(gate) * up`, in place in `gate`.
-    fn glu(&self, gate: &mut Self::Tensor, up: &Self::Tensor, act: Activation);
+    fn glu(
+        &self,
+        gate: &mut Self::Tensor,
+        up: &Self::Tensor,
+        act: Activation,
+    ) -> Result<(), BackendError>;
     /// Keep only the given rows, in that order.
-    fn gather_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Self::Tensor;
+    fn gather_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor, BackendError>;
+
+    /// `rms_norm` of a copy of `x` over whole rows; `x` is unchanged (the norm in front of a
+    /// projection, which must leave the residual stream as it is).
+    fn rms_norm_copy(
+        &self,
+        x: &Self::Tensor,
+        weight: &Self::Weight,
+        eps: f32,
+    ) -> Result<Self::Tensor, BackendError> {
+        let mut h = self.copy(x)?;
+        let cols = self.shape(x).1;
+        self.rms_norm(&mut h, weight, cols, eps)?;
+        Ok(h)
+    }
+
+    /// `out[i] = W[i] · x` for three weights that read the same input (q, k, v projections).
+    fn matmul3(
+        &self,
+        w: [&Self::Weight; 3],
+        x: &Self::Tensor,
+        out: [&mut Self::Tensor; 3],
+    ) -> Result<(), BackendError> {
+        for (w, o) in w.into_iter().zip(out) {
+            self.matmul(w, x, o)?;
+        }
+        Ok(())
+    }
+
+    /// Per-head RMSNorm of `q` and `k` with `norms` (QK-norm, when given), then rotary
+    /// embedding of both at `positions`.
+    #[allow(clippy::too_many_arguments)]
+    fn qk_norm_rope(
+        &self,
+        q: &mut Self::Tensor,
+        k: &mut Self::Tensor,
+        norms: Option<(&Self::Weight, &Self::Weight)>,
+        positions: &[u32],
+        head_dim: usize,
+        rope: &RopeSpec,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        if let Some((qn, kn)) = norms {
+            self.rms_norm(q, qn, head_dim, eps)?;
+            self.rms_norm(k, kn, head_dim, eps)?;
+        }
+        self.rope(q, positions, head_dim, rope)?;
+        self.rope(k, positions, head_dim, rope)
+    }
+
+    /// `out += W · x`: a projection added to the residual stream.
+    fn matmul_add(
+        &self,
+        w: &Self::Weight,
+        x: &Self::Tensor,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError> {
+        let (rows, cols) = self.shape(out);
+        let mut t = self.alloc(rows, cols)?;
+        self.matmul(w, x, &mut t)?;
+        self.add(out, &t)
+    }
+
+    /// `out = act(W_gate · x) * (W_up · x)`: the first half of a gated feed-forward block.
+    fn gated_matmul(
+        &self,
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        x: &Self::Tensor,
+        act: Activation,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError> {
+        let (rows, cols) = self.shape(out);
+        let mut u = self.alloc(rows, cols)?;
+        self.matmul(gate, x, out)?;
+        self.matmul(up, x, &mut u)?;
+        self.glu(out, &u, act)
+    }
 
     /// Causal attention over the paged cache for one layer.
     ///

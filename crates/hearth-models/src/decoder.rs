@@ -54,10 +54,11 @@ impl QkvBias {
 }
 
 /// `x[r] += bias` for every row `r` of `x`.
-fn add_row<B: Backend>(be: &B, x: &mut B::Tensor, bias: &[f32]) {
+fn add_row<B: Backend>(be: &B, x: &mut B::Tensor, bias: &[f32]) -> Result<(), ModelError> {
     let (rows, cols) = be.shape(x);
     let tiled: Vec<f32> = bias.iter().copied().cycle().take(rows * cols).collect();
-    be.add(x, &be.upload(&tiled, rows, cols));
+    be.add(x, &be.upload(&tiled, rows, cols)?)?;
+    Ok(())
 }
 
 /// A decoder-only transformer on backend `B`.
@@ -147,7 +148,9 @@ impl<B: Backend> DecoderModel<B> {
         if first {
             trace.clear();
         }
-        let host = be.to_host(x);
+        let Ok(host) = be.to_host(x) else {
+            return;
+        };
         let n = self.config.n_embd;
         let last = &host[host.len().saturating_sub(n)..];
         trace.push(last.iter().map(|v| v * v).sum::<f32>().sqrt());
@@ -162,6 +165,21 @@ impl<B: Backend> DecoderModel<B> {
         cache: &mut B::KvCache,
         block_size: usize,
     ) -> Result<Vec<f32>, ModelError> {
+        let mut logits = Vec::new();
+        self.forward_into(backend, batch, cache, block_size, &mut logits)?;
+        Ok(logits)
+    }
+
+    /// [`Self::forward`] writing the logits into `logits` (its allocation is reused).
+    pub fn forward_into(
+        &self,
+        backend: &B,
+        batch: &Batch,
+        cache: &mut B::KvCache,
+        block_size: usize,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        logits.clear();
         batch.validate(block_size).map_err(ModelError::BadBatch)?;
         if let Some(&t) = batch
             .tokens
@@ -176,9 +194,22 @@ impl<B: Backend> DecoderModel<B> {
         // NOTE: a batch that wants no logits (a prompt chunk that does not reach its end)
         // still runs: its keys and values must reach the cache.
         if batch.tokens.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
-        backend.run(|| self.forward_on(backend, batch, cache, block_size))
+        backend.begin_forward(self.graph_key(batch));
+        backend.run(|| self.forward_on(backend, batch, cache, block_size, logits))
+    }
+
+    /// The replay key of a decode step (every sequence brings one token and wants its logits):
+    /// such steps differ only in their host data, so a backend may replay a recording of the
+    /// first. Other batches (prompt chunks, traced runs) run op by op.
+    fn graph_key(&self, batch: &Batch) -> Option<u64> {
+        let n = batch.tokens.len();
+        let decode = batch.seqs.iter().all(|s| s.n_tokens == 1)
+            && batch.logits_rows.len() == n
+            && batch.logits_rows.iter().enumerate().all(|(i, &r)| i == r);
+        let tracing = self.trace.lock().map(|t| t.is_some()).unwrap_or(true);
+        (decode && !tracing).then_some(n as u64)
     }
 
     fn forward_on(
@@ -187,12 +218,13 @@ impl<B: Backend> DecoderModel<B> {
         batch: &Batch,
         cache: &mut B::KvCache,
         block_size: usize,
-    ) -> Result<Vec<f32>, ModelError> {
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
         let c = &self.config;
-        let mut x = be.zeros(batch.tokens.len(), c.n_embd); // [n_tokens, n_embd]
+        let mut x = be.alloc(batch.tokens.len(), c.n_embd)?; // [n_tokens, n_embd]
         be.embed(&self.tok_embd, batch.tokens, &mut x)?;
         if let Some(s) = c.embed_scale {
-            be.scale(&mut x, s);
+            be.scale(&mut x, s)?;
         }
         self.record(be, &x, true);
         let attn_batch = AttnBatch {
@@ -200,23 +232,29 @@ impl<B: Backend> DecoderModel<B> {
             block_size,
         };
         for (il, layer) in self.layers.iter().enumerate() {
-            let mut h = be.copy(&x);
-            be.rms_norm(&mut h, &layer.attn_norm, c.n_embd, c.rms_eps)?;
-            let mut attn = self.attention(be, layer, il, &h, batch, &attn_batch, cache)?;
+            let h = be.rms_norm_copy(&x, &layer.attn_norm, c.rms_eps)?;
+            let mut ctx = self.attention(be, layer, il, &h, batch, &attn_batch, cache)?;
             if il + 1 == self.layers.len() {
                 // NOTE: after the last attention only the rows whose logits are wanted matter
-                // (one per sequence in decode), so the last FFN runs on those alone.
+                // (one per sequence in decode), so the rest of the last layer runs on those.
                 if batch.logits_rows.is_empty() {
-                    return Ok(Vec::new());
+                    return Ok(());
                 }
-                attn = be.gather_rows(&attn, batch.logits_rows);
-                x = be.gather_rows(&x, batch.logits_rows);
+                ctx = be.gather_rows(&ctx, batch.logits_rows)?;
+                x = be.gather_rows(&x, batch.logits_rows)?;
             }
-            be.add(&mut x, &attn);
-            let mut h = be.copy(&x);
-            be.rms_norm(&mut h, &layer.ffn_norm, c.n_embd, c.rms_eps)?;
-            let ffn = self.feed_forward(be, layer, &h)?;
-            be.add(&mut x, &ffn);
+            self.project_add(be, &layer.wo, &ctx, layer.attn_post_norm.as_ref(), &mut x)?;
+            let h = be.rms_norm_copy(&x, &layer.ffn_norm, c.rms_eps)?;
+            let (n, _) = be.shape(&h);
+            let mut act = be.alloc(n, c.n_ff)?; // [n_tokens, n_ff]
+            be.gated_matmul(&layer.ffn_gate, &layer.ffn_up, &h, c.activation, &mut act)?;
+            self.project_add(
+                be,
+                &layer.ffn_down,
+                &act,
+                layer.ffn_post_norm.as_ref(),
+                &mut x,
+            )?;
             if il + 1 < self.layers.len() {
                 self.record(be, &x, false);
             }
@@ -224,20 +262,21 @@ impl<B: Backend> DecoderModel<B> {
         be.rms_norm(&mut x, &self.output_norm, c.n_embd, c.rms_eps)?;
         self.record(be, &x, false);
         let (rows, _) = be.shape(&x);
-        let mut logits = be.zeros(rows, c.n_vocab);
+        let mut logits = be.alloc(rows, c.n_vocab)?;
         be.matmul(
             self.output.as_ref().unwrap_or(&self.tok_embd),
             &x,
             &mut logits,
         )?;
         if let Some(cap) = c.final_softcap {
-            be.scale(&mut logits, 1.0 / cap);
+            be.scale(&mut logits, 1.0 / cap)?;
             // tanh is applied on the host: it only runs over the few rows that are sampled.
-            let mut host = be.to_host(&logits);
-            host.iter_mut().for_each(|v| *v = cap * v.tanh());
-            return Ok(host);
+            be.to_host_into(&logits, out)?;
+            out.iter_mut().for_each(|v| *v = cap * v.tanh());
+            return Ok(());
         }
-        Ok(be.to_host(&logits))
+        be.to_host_into(&logits, out)?;
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -254,25 +293,31 @@ impl<B: Backend> DecoderModel<B> {
         let c = &self.config;
         let n = batch.tokens.len();
         let (q_dim, kv_dim) = (c.n_heads * c.head_dim, c.kv_dim());
-        let mut q = be.zeros(n, q_dim); // [n_tokens, n_heads * head_dim]
-        let mut k = be.zeros(n, kv_dim); // [n_tokens, n_kv_heads * head_dim]
-        let mut v = be.zeros(n, kv_dim);
-        be.matmul(&layer.wq, h, &mut q)?;
-        be.matmul(&layer.wk, h, &mut k)?;
-        be.matmul(&layer.wv, h, &mut v)?;
+        let mut q = be.alloc(n, q_dim)?; // [n_tokens, n_heads * head_dim]
+        let mut k = be.alloc(n, kv_dim)?; // [n_tokens, n_kv_heads * head_dim]
+        let mut v = be.alloc(n, kv_dim)?;
+        be.matmul3(
+            [&layer.wq, &layer.wk, &layer.wv],
+            h,
+            [&mut q, &mut k, &mut v],
+        )?;
         if let Some(b) = &layer.qkv_bias {
-            add_row(be, &mut q, &b.q);
-            add_row(be, &mut k, &b.k);
-            add_row(be, &mut v, &b.v);
-        }
-        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-            be.rms_norm(&mut q, qn, c.head_dim, c.rms_eps)?;
-            be.rms_norm(&mut k, kn, c.head_dim, c.rms_eps)?;
+            add_row(be, &mut q, &b.q)?;
+            add_row(be, &mut k, &b.k)?;
+            add_row(be, &mut v, &b.v)?;
         }
         let sliding = c.layer_kinds[il] == LayerKind::Sliding;
         let rope = if sliding { &c.rope_sliding } else { &c.rope };
-        be.rope(&mut q, batch.positions, c.head_dim, rope)?;
-        be.rope(&mut k, batch.positions, c.head_dim, rope)?;
+        let norms = layer.q_norm.as_ref().zip(layer.k_norm.as_ref());
+        be.qk_norm_rope(
+            &mut q,
+            &mut k,
+            norms,
+            batch.positions,
+            c.head_dim,
+            rope,
+            c.rms_eps,
+        )?;
         let params = AttnParams {
             n_heads: c.n_heads,
             n_kv_heads: c.n_kv_heads,
@@ -281,34 +326,30 @@ impl<B: Backend> DecoderModel<B> {
             window: if sliding { c.sliding_window } else { None },
             softcap: c.attn_softcap,
         };
-        let mut ctx = be.zeros(n, q_dim);
+        let mut ctx = be.alloc(n, q_dim)?;
         be.attention(&q, &k, &v, cache, il, attn_batch, &params, &mut ctx)?;
-        let mut out = be.zeros(n, c.n_embd);
-        be.matmul(&layer.wo, &ctx, &mut out)?;
-        if let Some(norm) = &layer.attn_post_norm {
-            be.rms_norm(&mut out, norm, c.n_embd, c.rms_eps)?;
-        }
-        Ok(out)
+        Ok(ctx)
     }
 
-    fn feed_forward(
+    /// `x += W · h`, or with a post-norm (Gemma) `x += rms_norm(W · h)`.
+    fn project_add(
         &self,
         be: &B,
-        layer: &Layer<B::Weight>,
+        w: &B::Weight,
         h: &B::Tensor,
-    ) -> Result<B::Tensor, ModelError> {
-        let c = &self.config;
-        let (n, _) = be.shape(h);
-        let mut gate = be.zeros(n, c.n_ff); // [n_tokens, n_ff]
-        let mut up = be.zeros(n, c.n_ff);
-        be.matmul(&layer.ffn_gate, h, &mut gate)?;
-        be.matmul(&layer.ffn_up, h, &mut up)?;
-        be.glu(&mut gate, &up, c.activation);
-        let mut out = be.zeros(n, c.n_embd);
-        be.matmul(&layer.ffn_down, &gate, &mut out)?;
-        if let Some(norm) = &layer.ffn_post_norm {
-            be.rms_norm(&mut out, norm, c.n_embd, c.rms_eps)?;
+        post_norm: Option<&B::Weight>,
+        x: &mut B::Tensor,
+    ) -> Result<(), ModelError> {
+        match post_norm {
+            None => be.matmul_add(w, h, x)?,
+            Some(norm) => {
+                let (rows, cols) = be.shape(x);
+                let mut out = be.alloc(rows, cols)?;
+                be.matmul(w, h, &mut out)?;
+                be.rms_norm(&mut out, norm, cols, self.config.rms_eps)?;
+                be.add(x, &out)?;
+            }
         }
-        Ok(out)
+        Ok(())
     }
 }

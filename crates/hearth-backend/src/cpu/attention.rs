@@ -208,9 +208,15 @@ mod tests {
         let mut hist_v: [Vec<Vec<f32>>; 2] = [vec![], vec![]];
         for (step, lens) in [[6usize, 3], [1, 1]].iter().enumerate() {
             let n = lens[0] + lens[1];
-            let q = be.upload(&rand_row(&mut seed, n * n_heads * hd), n, n_heads * hd);
-            let k = be.upload(&rand_row(&mut seed, n * kv_dim), n, kv_dim);
-            let v = be.upload(&rand_row(&mut seed, n * kv_dim), n, kv_dim);
+            let q = be
+                .upload(&rand_row(&mut seed, n * n_heads * hd), n, n_heads * hd)
+                .unwrap();
+            let k = be
+                .upload(&rand_row(&mut seed, n * kv_dim), n, kv_dim)
+                .unwrap();
+            let v = be
+                .upload(&rand_row(&mut seed, n * kv_dim), n, kv_dim)
+                .unwrap();
             let firsts = if step == 0 { [0, 0] } else { [6, 3] };
             let seqs = [
                 AttnSeq {
@@ -226,7 +232,7 @@ mod tests {
                     block_table: &tables[1],
                 },
             ];
-            let mut out = be.zeros(n, n_heads * hd);
+            let mut out = be.alloc(n, n_heads * hd).unwrap();
             let batch = AttnBatch {
                 seqs: &seqs,
                 block_size: bs,

@@ -176,29 +176,35 @@ impl Backend for CpuBackend {
         })
     }
 
-    fn zeros(&self, rows: usize, cols: usize) -> CpuTensor {
-        CpuTensor {
+    fn alloc(&self, rows: usize, cols: usize) -> Result<CpuTensor, BackendError> {
+        Ok(CpuTensor {
             data: vec![0.0; rows * cols],
             rows,
             cols,
-        }
+        })
     }
 
-    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> CpuTensor {
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<CpuTensor, BackendError> {
         assert_eq!(data.len(), rows * cols, "upload: data does not match shape");
-        CpuTensor {
+        Ok(CpuTensor {
             data: data.to_vec(),
             rows,
             cols,
-        }
+        })
     }
 
-    fn to_host(&self, t: &CpuTensor) -> Vec<f32> {
-        t.data.clone()
+    fn to_host(&self, t: &CpuTensor) -> Result<Vec<f32>, BackendError> {
+        Ok(t.data.clone())
     }
 
-    fn copy(&self, t: &CpuTensor) -> CpuTensor {
-        t.clone()
+    fn to_host_into(&self, t: &CpuTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        out.clear();
+        out.extend_from_slice(&t.data);
+        Ok(())
+    }
+
+    fn copy(&self, t: &CpuTensor) -> Result<CpuTensor, BackendError> {
+        Ok(t.clone())
     }
 
     fn shape(&self, t: &CpuTensor) -> (usize, usize) {
@@ -285,30 +291,38 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn add(&self, x: &mut CpuTensor, y: &CpuTensor) {
+    fn add(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<(), BackendError> {
         assert_eq!(x.data.len(), y.data.len());
         x.data.iter_mut().zip(&y.data).for_each(|(a, b)| *a += b);
+        Ok(())
     }
 
-    fn scale(&self, x: &mut CpuTensor, s: f32) {
+    fn scale(&self, x: &mut CpuTensor, s: f32) -> Result<(), BackendError> {
         x.data.iter_mut().for_each(|a| *a *= s);
+        Ok(())
     }
 
-    fn glu(&self, gate: &mut CpuTensor, up: &CpuTensor, act: Activation) {
+    fn glu(
+        &self,
+        gate: &mut CpuTensor,
+        up: &CpuTensor,
+        act: Activation,
+    ) -> Result<(), BackendError> {
         assert_eq!(gate.data.len(), up.data.len());
         ops::glu(&mut gate.data, &up.data, act);
+        Ok(())
     }
 
-    fn gather_rows(&self, x: &CpuTensor, rows: &[usize]) -> CpuTensor {
+    fn gather_rows(&self, x: &CpuTensor, rows: &[usize]) -> Result<CpuTensor, BackendError> {
         let mut data = Vec::with_capacity(rows.len() * x.cols);
         for &r in rows {
             data.extend_from_slice(x.row(r));
         }
-        CpuTensor {
+        Ok(CpuTensor {
             data,
             rows: rows.len(),
             cols: x.cols,
-        }
+        })
     }
 
     fn attention(
