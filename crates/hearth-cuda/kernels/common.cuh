@@ -9,12 +9,20 @@ typedef unsigned int u32;
 
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
+#define NEG_INF __int_as_float(0xff800000)
 
 // IEEE half bits to f32 (exact), without cuda_fp16.h.
 __device__ __forceinline__ float half_to_f32(u16 h) {
     float f;
     asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
     return f;
+}
+
+// f32 to IEEE half bits, rounding to nearest even.
+__device__ __forceinline__ u16 f32_to_half(float f) {
+    u16 h;
+    asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f));
+    return h;
 }
 
 // Reads the little-endian f16 at `p` (2-byte aligned) as f32.

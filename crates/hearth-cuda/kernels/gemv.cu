@@ -1,5 +1,6 @@
 // Fused dequantize + GEMV over weights in GGUF block layout, byte for byte as on disk:
-// y[row] = sum_k W[row, k] * x[k], with x and y in f32.
+// y[row] = sum_k W[row, k] * x[k], with x and y in f32; blockIdx.y selects one of several
+// x / y rows (tokens) that share the weights.
 //
 // One warp per ROWS_PER_WARP output rows (F16: one row), WARPS_PER_BLOCK warps per block. The
 // quantized block sizes (18, 34, 144, 210 bytes) are not multiples of 16, so a row is not
@@ -140,20 +141,45 @@ struct BlockQ6_K {
 };
 
 // ROWS_PER_WARP rows per warp: the x values (and their sums) a lane loads serve every row.
+// How a GEMV writes its result: y = W·x, y += W·x, or (two matrices) y = act(G·x) * (U·x).
+#define GEMV_STORE 0
+#define GEMV_ACCUMULATE 1
+#define GEMV_GLU_SILU 2
+#define GEMV_GLU_GELU 3
+
+// The gated-activation of a GLU, as the glu kernel (model.cu) and the CPU backend compute it.
+__device__ __forceinline__ float glu_act(float g, int gelu) {
+    if (!gelu) return g / (1.0f + expf(-g));
+    if (g <= -10.f) return 0.f;
+    if (g >= 10.f) return g;
+    const float x = half_to_f32(f32_to_half(g));
+    return half_to_f32(
+        f32_to_half(0.5f * x * (1.0f + tanhf(0.7978846f * x * (1.0f + 0.044715f * x * x)))));
+}
+
+// Plain modes: a warp computes rows row0, row0+1 of w. GLU modes: a warp computes row r of w
+// (the gate) and row r of w2 (the up projection) and writes one value.
 template <class B>
-__device__ __forceinline__ void gemv_rows(const u8* __restrict__ w, const float* __restrict__ x,
-                                          float* __restrict__ y, int n_rows, int n_cols) {
+__device__ __forceinline__ void gemv_rows(const u8* __restrict__ w, const u8* __restrict__ w2,
+                                          const float* __restrict__ x, float* __restrict__ y,
+                                          int n_rows, int n_cols, int mode, int block) {
     __shared__ uint4 window[WARPS_PER_BLOCK][ROWS_PER_WARP][WINDOW_VECS];
+    // Several tokens: blockIdx.y picks the token's x and y rows (the weights are shared).
+    x += (size_t)blockIdx.y * n_cols;
+    y += (size_t)blockIdx.y * n_rows;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int row0 = (blockIdx.x * WARPS_PER_BLOCK + warp) * ROWS_PER_WARP;
+    const bool glu = mode >= GEMV_GLU_SILU;
+    const int row0 = (block * WARPS_PER_BLOCK + warp) * (glu ? 1 : ROWS_PER_WARP);
     // NOTE: a whole warp leaves together and no block-wide barrier follows, so this is safe.
     if (row0 >= n_rows) return;
     const int n_blocks = n_cols / B::QK;
+    const size_t row_bytes = (size_t)n_blocks * B::BYTES;
     const u8* rows[ROWS_PER_WARP];
 #pragma unroll
     for (int r = 0; r < ROWS_PER_WARP; ++r) {
         // Rows past the end repeat the last row (computed, never written).
-        rows[r] = w + (size_t)min(row0 + r, n_rows - 1) * n_blocks * B::BYTES;
+        rows[r] = glu ? (r == 0 ? w : w2) + (size_t)row0 * row_bytes
+                      : w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
     }
     const int lane_block = lane / B::LANES, sub = lane % B::LANES;
     const int blocks_per_step = WARP_SIZE / B::LANES;
@@ -215,33 +241,81 @@ __device__ __forceinline__ void gemv_rows(const u8* __restrict__ w, const float*
         }
         __syncwarp();
     }
+    float v[ROWS_PER_WARP];
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) v[r] = warp_sum(acc[r]);
+    if (lane != 0) return;
+    if (glu) {
+        y[row0] = glu_act(v[0], mode == GEMV_GLU_GELU) * v[1];
+        return;
+    }
 #pragma unroll
     for (int r = 0; r < ROWS_PER_WARP; ++r) {
-        const float v = warp_sum(acc[r]);
-        if (lane == 0 && row0 + r < n_rows) y[row0 + r] = v;
+        if (row0 + r < n_rows) y[row0 + r] = (mode == GEMV_ACCUMULATE ? y[row0 + r] : 0.f) + v[r];
     }
 }
 
 #define GEMV_THREADS (WARPS_PER_BLOCK * WARP_SIZE)
+#define GEMV_ROWS_PER_BLOCK (WARPS_PER_BLOCK * ROWS_PER_WARP)
+
+// Three matrices of one type that read the same x (the q, k and v projections) in one launch:
+// the grid's blocks are split among them in order, each segment as many blocks as its rows
+// need. Picks this block's matrix (w, y, n_rows) and its block number within it.
+#define GEMV3_SEGMENT                                                                   \
+    const int b0 = (rows0 + GEMV_ROWS_PER_BLOCK - 1) / GEMV_ROWS_PER_BLOCK;              \
+    const int b1 = (rows1 + GEMV_ROWS_PER_BLOCK - 1) / GEMV_ROWS_PER_BLOCK;              \
+    const int seg = blockIdx.x < b0 ? 0 : (blockIdx.x < b0 + b1 ? 1 : 2);                \
+    const u8* w = seg == 0 ? w0 : (seg == 1 ? w1 : w2);                                  \
+    float* y = seg == 0 ? y0 : (seg == 1 ? y1 : y2);                                     \
+    const int n_rows = seg == 0 ? rows0 : (seg == 1 ? rows1 : rows2);                    \
+    const int block = blockIdx.x - (seg == 0 ? 0 : (seg == 1 ? b0 : b0 + b1));
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
-gemv_q8_0(const u8* w, const float* x, float* y, int n_rows, int n_cols) {
-    gemv_rows<BlockQ8_0>(w, x, y, n_rows, n_cols);
+gemv_q8_0(const u8* w, const u8* w2, const float* x, float* y, int n_rows, int n_cols, int mode) {
+    gemv_rows<BlockQ8_0>(w, w2, x, y, n_rows, n_cols, mode, blockIdx.x);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
-gemv_q4_0(const u8* w, const float* x, float* y, int n_rows, int n_cols) {
-    gemv_rows<BlockQ4_0>(w, x, y, n_rows, n_cols);
+gemv3_q8_0(const u8* w0, const u8* w1, const u8* w2, const float* x, float* y0, float* y1,
+          float* y2, int rows0, int rows1, int rows2, int n_cols) {
+    GEMV3_SEGMENT
+    gemv_rows<BlockQ8_0>(w, nullptr, x, y, n_rows, n_cols, GEMV_STORE, block);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
-gemv_q4_k(const u8* w, const float* x, float* y, int n_rows, int n_cols) {
-    gemv_rows<BlockQ4_K>(w, x, y, n_rows, n_cols);
+gemv_q4_0(const u8* w, const u8* w2, const float* x, float* y, int n_rows, int n_cols, int mode) {
+    gemv_rows<BlockQ4_0>(w, w2, x, y, n_rows, n_cols, mode, blockIdx.x);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
-gemv_q6_k(const u8* w, const float* x, float* y, int n_rows, int n_cols) {
-    gemv_rows<BlockQ6_K>(w, x, y, n_rows, n_cols);
+gemv3_q4_0(const u8* w0, const u8* w1, const u8* w2, const float* x, float* y0, float* y1,
+          float* y2, int rows0, int rows1, int rows2, int n_cols) {
+    GEMV3_SEGMENT
+    gemv_rows<BlockQ4_0>(w, nullptr, x, y, n_rows, n_cols, GEMV_STORE, block);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_q4_k(const u8* w, const u8* w2, const float* x, float* y, int n_rows, int n_cols, int mode) {
+    gemv_rows<BlockQ4_K>(w, w2, x, y, n_rows, n_cols, mode, blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv3_q4_k(const u8* w0, const u8* w1, const u8* w2, const float* x, float* y0, float* y1,
+          float* y2, int rows0, int rows1, int rows2, int n_cols) {
+    GEMV3_SEGMENT
+    gemv_rows<BlockQ4_K>(w, nullptr, x, y, n_rows, n_cols, GEMV_STORE, block);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_q6_k(const u8* w, const u8* w2, const float* x, float* y, int n_rows, int n_cols, int mode) {
+    gemv_rows<BlockQ6_K>(w, w2, x, y, n_rows, n_cols, mode, blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv3_q6_k(const u8* w0, const u8* w1, const u8* w2, const float* x, float* y0, float* y1,
+          float* y2, int rows0, int rows1, int rows2, int n_cols) {
+    GEMV3_SEGMENT
+    gemv_rows<BlockQ6_K>(w, nullptr, x, y, n_rows, n_cols, GEMV_STORE, block);
 }
 
 // Dot of 8 f16 weights (one 16-byte load) with 8 f32 activations.
@@ -260,28 +334,39 @@ __device__ __forceinline__ float dot8_f16(uint4 w, float4 a, float4 b) {
 // F16 rows are 16-byte aligned when n_cols % 8 == 0 (the host checks), so they are read in
 // place: 4 independent 16-byte loads per lane per iteration, consecutive across the warp.
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
-gemv_f16(const u8* __restrict__ w, const float* __restrict__ x, float* __restrict__ y,
-         int n_rows, int n_cols) {
+gemv_f16(const u8* __restrict__ w, const u8* __restrict__ w2, const float* __restrict__ x,
+         float* __restrict__ y, int n_rows, int n_cols, int mode) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int row = blockIdx.x * WARPS_PER_BLOCK + warp;
     if (row >= n_rows) return;
-    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)row * n_cols * 2);
+    x += (size_t)blockIdx.y * n_cols;
+    y += (size_t)blockIdx.y * n_rows;
+    const bool glu = mode >= GEMV_GLU_SILU;
     const float4* x4 = reinterpret_cast<const float4*>(x);
     const int n_vecs = n_cols / 8;
-    float acc = 0.f;
-    for (int v0 = lane; v0 < n_vecs; v0 += 4 * WARP_SIZE) {
-        uint4 r[4];
+    float acc[2] = {0.f, 0.f};
+    for (int m = 0; m < (glu ? 2 : 1); ++m) {
+        const uint4* wr =
+            reinterpret_cast<const uint4*>((m == 0 ? w : w2) + (size_t)row * n_cols * 2);
+        for (int v0 = lane; v0 < n_vecs; v0 += 4 * WARP_SIZE) {
+            uint4 r[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const int v = v0 + k * WARP_SIZE;
-            if (v < n_vecs) r[k] = wr[v];
-        }
+            for (int k = 0; k < 4; ++k) {
+                const int v = v0 + k * WARP_SIZE;
+                if (v < n_vecs) r[k] = wr[v];
+            }
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const int v = v0 + k * WARP_SIZE;
-            if (v < n_vecs) acc += dot8_f16(r[k], x4[2 * v], x4[2 * v + 1]);
+            for (int k = 0; k < 4; ++k) {
+                const int v = v0 + k * WARP_SIZE;
+                if (v < n_vecs) acc[m] += dot8_f16(r[k], x4[2 * v], x4[2 * v + 1]);
+            }
         }
+        acc[m] = warp_sum(acc[m]);
     }
-    acc = warp_sum(acc);
-    if (lane == 0) y[row] = acc;
+    if (lane != 0) return;
+    if (glu) {
+        y[row] = glu_act(acc[0], mode == GEMV_GLU_GELU) * acc[1];
+    } else {
+        y[row] = (mode == GEMV_ACCUMULATE ? y[row] : 0.f) + acc[0];
+    }
 }

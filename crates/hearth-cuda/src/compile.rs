@@ -11,6 +11,10 @@ pub const KERNEL_SOURCE: &str = concat!(
     include_str!("../kernels/gemv.cu"),
     "\n",
     include_str!("../kernels/reduce.cu"),
+    "\n",
+    include_str!("../kernels/dequant.cu"),
+    "\n",
+    include_str!("../kernels/model.cu"),
 );
 
 /// The NVRTC library's version (major, minor). Call only after [`crate::probe`] succeeded.

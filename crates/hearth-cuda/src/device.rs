@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 7] = [
+pub(crate) const KERNEL_NAMES: [&str; 27] = [
     "gemv_f16",
     "gemv_q8_0",
     "gemv_q4_0",
@@ -25,6 +25,26 @@ pub(crate) const KERNEL_NAMES: [&str; 7] = [
     "gemv_q6_k",
     "rms_norm_f32",
     "argmax_f32",
+    "embed_rows",
+    "dequant_to_f16",
+    "gemv_any",
+    "f32_to_f16",
+    "rms_norm_groups",
+    "rope_rows",
+    "glu",
+    "add_f32",
+    "scale_f32",
+    "gather_rows",
+    "kv_write",
+    "attention_hd32",
+    "attention_hd64",
+    "attention_hd128",
+    "attention_hd256",
+    "gemv3_q8_0",
+    "gemv3_q4_0",
+    "gemv3_q4_k",
+    "gemv3_q6_k",
+    "qk_norm_rope",
 ];
 
 /// Bytes of padding after a weight matrix: the GEMV kernels' last 16-byte load of a row may

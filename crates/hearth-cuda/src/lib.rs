@@ -7,6 +7,7 @@
 //! exist before calling into them (the bindings panic on a missing library), so without a GPU
 //! the caller gets a one-line [`CudaUnavailable`] and falls back to the CPU.
 
+mod backend;
 mod cache;
 mod compile;
 pub mod conformance;
@@ -16,6 +17,7 @@ mod ops;
 mod probe;
 pub mod reference;
 
+pub use backend::{CudaBackend, CudaKvCache, CudaTensor, CudaWeight};
 pub use cache::{CacheKey, CacheMiss, KernelCache};
 pub use compile::{compile_cubin, nvrtc_version, KERNEL_SOURCE};
 pub use device::{CudaDevice, KernelOrigin, QuantMatrix};

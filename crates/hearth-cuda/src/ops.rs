@@ -28,7 +28,8 @@ pub fn gemv_supported(ty: GgmlType) -> bool {
     GEMV_TYPES.contains(&ty)
 }
 
-fn gemv_kernel(ty: GgmlType) -> Option<&'static str> {
+/// The fused GEMV kernel for `ty`, if there is one.
+pub(crate) fn gemv_kernel_name(ty: GgmlType) -> Option<&'static str> {
     Some(match ty {
         GgmlType::F16 => "gemv_f16",
         GgmlType::Q8_0 => "gemv_q8_0",
@@ -56,7 +57,7 @@ impl CudaDevice {
         y: &mut CudaSlice<f32>,
     ) -> Result<(), CudaError> {
         let op = "gemv";
-        let name = gemv_kernel(w.ty).ok_or(CudaError::Unsupported { op, ty: w.ty })?;
+        let name = gemv_kernel_name(w.ty).ok_or(CudaError::Unsupported { op, ty: w.ty })?;
         if w.ty == GgmlType::F16 && !w.n_cols.is_multiple_of(8) {
             return Err(shape(
                 op,
@@ -93,7 +94,16 @@ impl CudaDevice {
         };
         let f = self.function(name)?;
         let mut launch = self.stream().launch_builder(f);
-        launch.arg(&w.data).arg(x).arg(y).arg(&rows).arg(&cols);
+        // No second matrix, mode 0: y = W·x (kernels/gemv.cu).
+        let (no_w2, mode) = (0u64, 0i32);
+        launch
+            .arg(&w.data)
+            .arg(&no_w2)
+            .arg(x)
+            .arg(y)
+            .arg(&rows)
+            .arg(&cols)
+            .arg(&mode);
         // SAFETY: argument types and order match the kernel; the sizes were checked above and
         // the weight buffer carries the padding the kernel's last loads may touch.
         unsafe { launch.launch(cfg) }.map_err(driver("gemv launch"))?;

@@ -53,22 +53,22 @@ impl std::fmt::Display for GpuInfo {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CudaUnavailable {
     /// libcuda could not be loaded.
-    #[error("no CUDA driver found (libcuda.so.1): using the CPU")]
+    #[error("no CUDA driver found (libcuda.so.1)")]
     NoDriver,
     /// The driver loaded but NVRTC, which compiles the kernels, did not.
-    #[error("CUDA driver found but no NVRTC library (libnvrtc.so): using the CPU")]
+    #[error("CUDA driver found but no NVRTC library (libnvrtc.so)")]
     NoNvrtc,
     /// The driver reports no device at all.
-    #[error("CUDA driver found but it reports no GPU: using the CPU")]
+    #[error("CUDA driver found but it reports no GPU")]
     NoDevice,
     /// The requested ordinal is past the devices the driver reports.
-    #[error("no CUDA device {ordinal}: the driver reports {count} GPU(s); using the CPU")]
+    #[error("no CUDA device {ordinal}: the driver reports {count} GPU(s)")]
     NoSuchDevice { ordinal: usize, count: usize },
     /// A driver call failed.
-    #[error("CUDA driver call {call} failed ({message}): using the CPU")]
+    #[error("CUDA driver call {call} failed ({message})")]
     Driver { call: &'static str, message: String },
     /// A library call panicked (for instance a driver too old for the bindings).
-    #[error("CUDA library call {call} failed (missing symbol or library): using the CPU")]
+    #[error("CUDA library call {call} failed (missing symbol or library)")]
     Panicked { call: &'static str },
 }
 
@@ -167,7 +167,7 @@ mod tests {
             Err(e) => {
                 let msg = e.to_string();
                 assert!(!msg.contains('\n'), "{msg}");
-                assert!(msg.ends_with("using the CPU"), "{msg}");
+                assert!(!msg.is_empty());
                 use std::io::Write;
                 // Not captured by the test harness, so the skip shows in CI's log.
                 let _ = writeln!(std::io::stderr(), "skipped: {msg}");

@@ -1,0 +1,281 @@
+// The per-layer operations of a decoder forward pass other than matrix products: grouped
+// RMSNorm, rotary embedding, gated activations, element-wise updates, row gathers, and paged
+// attention over the f16 KV cache. Numerics follow hearth's CPU backend (the reference):
+// double-precision norm sums, rope angles advanced by repeated multiplication, queries rounded
+// to f16 before q·k.
+//
+// Per-step host data (token ids, positions, block tables) is read from device buffers, never
+// passed by value, so a recorded decode step can be replayed with new data (CUDA graphs).
+
+// y[g] = x[g] / sqrt(mean(x[g]^2) + eps) * w for each group g of `group` values (y may be x).
+// Grid: one block per group.
+extern "C" __global__ void rms_norm_groups(const float* x, const float* __restrict__ w, float* y,
+                                           int group, float eps) {
+    __shared__ double partial[WARP_SIZE];
+    const float* g = x + (size_t)blockIdx.x * group;
+    float* out = y + (size_t)blockIdx.x * group;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < group; i += blockDim.x) ss += (double)g[i] * (double)g[i];
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL_MASK, ss, o);
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    if (lane == 0) partial[warp] = ss;
+    __syncthreads();
+    if (warp == 0) {
+        ss = lane < (int)(blockDim.x / WARP_SIZE) ? partial[lane] : 0.0;
+#pragma unroll
+        for (int o = WARP_SIZE / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL_MASK, ss, o);
+        if (lane == 0) partial[0] = ss;
+    }
+    __syncthreads();
+    const float mean = (float)(partial[0] / (double)group);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = threadIdx.x; i < group; i += blockDim.x) out[i] = g[i] * scale * w[i];
+}
+
+// Rotary embedding in place over rows of `cols` values (heads of head_dim). Grid: one block
+// per row; threads over (head, pair). `neox`: pairs (i, i + n_rot/2), else (2i, 2i + 1).
+// `factors`: n_rot/2 divisors or null.
+extern "C" __global__ void rope_rows(float* x, const u32* positions, int cols, int head_dim,
+                                     int n_rot, float theta_scale, float freq_scale,
+                                     const float* factors, int neox) {
+    const int half = n_rot / 2;
+    const int n_heads = cols / head_dim;
+    const float pos = (float)positions[blockIdx.x];
+    float* row = x + (size_t)blockIdx.x * cols;
+    for (int task = threadIdx.x; task < n_heads * half; task += blockDim.x) {
+        const int h = task / half, i = task % half;
+        float theta = pos;
+        for (int k = 0; k < i; ++k) theta *= theta_scale;
+        const float f = factors ? factors[i] : 1.0f;
+        const float t = freq_scale * (theta / f);
+        const float c = cosf(t), s = sinf(t);
+        float* head = row + h * head_dim;
+        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float x0 = head[a], x1 = head[b];
+        head[a] = x0 * c - x1 * s;
+        head[b] = x0 * s + x1 * c;
+    }
+}
+
+__device__ __forceinline__ float round_f16(float v) { return half_to_f32(f32_to_half(v)); }
+
+// gate = act(gate) * up (glu_act in gemv.cu: SiLU, or GELU as ggml's CPU table computes it).
+extern "C" __global__ void glu(float* gate, const float* __restrict__ up, int n, int act) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        gate[i] = glu_act(gate[i], act) * up[i];
+    }
+}
+
+// x += y.
+extern "C" __global__ void add_f32(float* x, const float* __restrict__ y, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        x[i] += y[i];
+    }
+}
+
+// x *= s.
+extern "C" __global__ void scale_f32(float* x, float s, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        x[i] *= s;
+    }
+}
+
+// out[i, :] = x[rows[i], :]. Grid: one block per output row.
+extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* rows, int cols,
+                                       float* out) {
+    const float* src = x + (size_t)rows[blockIdx.x] * cols;
+    float* dst = out + (size_t)blockIdx.x * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
+}
+
+// The batch as attention reads it, in one u32 buffer:
+//   tok_seq[n_tokens]  sequence of each token
+//   tok_pos[n_tokens]  position of each token
+//   seq_table[n_seqs]  offset of each sequence's block table in `tables`
+//   tables[...]        the block tables, one after another
+__device__ __forceinline__ size_t kv_slot(const u32* tables, u32 table_off, u32 pos,
+                                          int block_size) {
+    return (size_t)tables[table_off + pos / block_size] * block_size + pos % block_size;
+}
+
+// Writes the batch's new keys and values (f32 rows of kv_dim) into their f16 cache slots.
+// Grid: one block per token.
+extern "C" __global__ void kv_write(const float* __restrict__ k, const float* __restrict__ v,
+                                    u16* kc, u16* vc, const u32* tok_seq, const u32* tok_pos,
+                                    const u32* seq_table, const u32* tables, int kv_dim,
+                                    int block_size) {
+    const int t = blockIdx.x;
+    const size_t slot = kv_slot(tables, seq_table[tok_seq[t]], tok_pos[t], block_size);
+    for (int d = threadIdx.x; d < kv_dim; d += blockDim.x) {
+        kc[slot * kv_dim + d] = f32_to_half(k[(size_t)t * kv_dim + d]);
+        vc[slot * kv_dim + d] = f32_to_half(v[(size_t)t * kv_dim + d]);
+    }
+}
+
+#define ATTN_WARPS 4
+
+// Causal attention of one (token, head) pair per block over the token's own sequence:
+// positions max(0, pos - window + 1) ..= pos. Each warp takes every ATTN_WARPS-th position
+// with an online softmax (running max, sum and weighted values); the warps are merged at the
+// end. A lane holds DPL consecutive dimensions (DPL * 32 >= head_dim; lanes past the head hold
+// zeros and write nothing).
+template <int DPL>
+__device__ void attend(const float* __restrict__ q, const u16* __restrict__ kc,
+                       const u16* __restrict__ vc, float* __restrict__ out, const u32* tok_seq,
+                       const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads,
+                       int n_kv_heads, int head_dim, int block_size, float scale, int window,
+                       float softcap) {
+    const int t = blockIdx.y, h = blockIdx.x;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int kv_dim = n_kv_heads * head_dim;
+    const int kv_head = h / (n_heads / n_kv_heads);
+    const u32 pos = tok_pos[t];
+    const u32 table = seq_table[tok_seq[t]];
+    const u32 first = (window > 0 && pos + 1 > (u32)window) ? pos + 1 - window : 0;
+
+    const int d0 = lane * DPL;
+    const int n_mine = max(0, min(DPL, head_dim - d0));  // dimensions this lane holds
+    float qv[DPL], acc[DPL];
+    const float* qr = q + (size_t)t * n_heads * head_dim + h * head_dim + d0;
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) {
+        qv[d] = d < n_mine ? round_f16(qr[d]) : 0.f;
+        acc[d] = 0.f;
+    }
+    float m = NEG_INF, l = 0.f;
+    for (u32 j = first + warp; j <= pos; j += ATTN_WARPS) {
+        const size_t base = kv_slot(tables, table, j, block_size) * kv_dim + kv_head * head_dim +
+                            d0;
+        float s = 0.f;
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) {
+            if (d < n_mine) s = fmaf(qv[d], half_to_f32(kc[base + d]), s);
+        }
+        s = warp_sum(s) * scale;
+        if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+        const float m_new = fmaxf(m, s);
+        const float corr = expf(m - m_new), p = expf(s - m_new);
+        l = l * corr + p;
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) {
+            if (d < n_mine) acc[d] = acc[d] * corr + p * half_to_f32(vc[base + d]);
+        }
+        m = m_new;
+    }
+    __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS];
+    __shared__ float sacc[ATTN_WARPS][DPL * WARP_SIZE];
+    if (lane == 0) {
+        sm[warp] = m;
+        sl[warp] = l;
+    }
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) sacc[warp][lane * DPL + d] = acc[d];
+    __syncthreads();
+    if (warp != 0) return;
+    float mx = NEG_INF;
+#pragma unroll
+    for (int w = 0; w < ATTN_WARPS; ++w) mx = fmaxf(mx, sm[w]);
+    float total = 0.f, o[DPL];
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) o[d] = 0.f;
+#pragma unroll
+    for (int w = 0; w < ATTN_WARPS; ++w) {
+        // A warp that saw no position has m = -inf and l = 0: weight 0.
+        const float c = sl[w] > 0.f ? expf(sm[w] - mx) : 0.f;
+        total += sl[w] * c;
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) o[d] += sacc[w][lane * DPL + d] * c;
+    }
+    float* dst = out + (size_t)t * n_heads * head_dim + h * head_dim + d0;
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) {
+        if (d < n_mine) dst[d] = o[d] / total;
+    }
+}
+
+// One kernel per supported head size (the lanes' share of a head is a template constant).
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * WARP_SIZE)
+attention_hd32(const float* q, const u16* kc, const u16* vc, float* out, const u32* tok_seq,
+        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
+        int head_dim, int block_size, float scale, int window, float softcap) {
+    attend<1>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
+                 head_dim, block_size, scale, window, softcap);
+}
+
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * WARP_SIZE)
+attention_hd64(const float* q, const u16* kc, const u16* vc, float* out, const u32* tok_seq,
+        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
+        int head_dim, int block_size, float scale, int window, float softcap) {
+    attend<2>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
+                 head_dim, block_size, scale, window, softcap);
+}
+
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * WARP_SIZE)
+attention_hd128(const float* q, const u16* kc, const u16* vc, float* out, const u32* tok_seq,
+        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
+        int head_dim, int block_size, float scale, int window, float softcap) {
+    attend<4>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
+                 head_dim, block_size, scale, window, softcap);
+}
+
+extern "C" __global__ void __launch_bounds__(ATTN_WARPS * WARP_SIZE)
+attention_hd256(const float* q, const u16* kc, const u16* vc, float* out, const u32* tok_seq,
+        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
+        int head_dim, int block_size, float scale, int window, float softcap) {
+    attend<8>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
+                 head_dim, block_size, scale, window, softcap);
+}
+
+// Per-head RMSNorm (QK-norm, when `qn` / `kn` are given) and rotary embedding of q and k in
+// one pass. Grid: (n_q_heads + n_k_heads, n_tokens); one thread per value of the head. The
+// same arithmetic as rms_norm_groups followed by rope_rows.
+extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, const float* kn,
+                                        const u32* positions, int n_q_heads, int n_k_heads,
+                                        int head_dim, float eps, int n_rot, float theta_scale,
+                                        float freq_scale, const float* factors, int neox) {
+    __shared__ double partial[WARP_SIZE];
+    __shared__ float head[256];
+    const int t = blockIdx.y, hi = blockIdx.x;
+    const bool is_q = hi < n_q_heads;
+    float* row = is_q ? q + ((size_t)t * n_q_heads + hi) * head_dim
+                      : k + ((size_t)t * n_k_heads + (hi - n_q_heads)) * head_dim;
+    const float* norm = is_q ? qn : kn;
+    const int i = threadIdx.x;
+    const float v = i < head_dim ? row[i] : 0.f;
+    float scale = 1.f;
+    if (norm) {
+        double ss = (double)v * (double)v;
+#pragma unroll
+        for (int o = WARP_SIZE / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL_MASK, ss, o);
+        const int lane = i % WARP_SIZE, warp = i / WARP_SIZE;
+        if (lane == 0) partial[warp] = ss;
+        __syncthreads();
+        if (warp == 0) {
+            ss = lane < (int)(blockDim.x / WARP_SIZE) ? partial[lane] : 0.0;
+#pragma unroll
+            for (int o = WARP_SIZE / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL_MASK, ss, o);
+            if (lane == 0) partial[0] = ss;
+        }
+        __syncthreads();
+        scale = 1.0f / sqrtf((float)(partial[0] / (double)head_dim) + eps);
+    }
+    if (i < head_dim) head[i] = norm ? v * scale * norm[i] : v;
+    __syncthreads();
+    if (i >= head_dim) return;
+    const int half = n_rot / 2;
+    if (i >= n_rot) {
+        row[i] = head[i];
+        return;
+    }
+    // Thread i < n_rot writes element i: its pair index and partner.
+    const int pair = neox ? (i % half) : (i / 2);
+    const int a = neox ? pair : 2 * pair, b = neox ? pair + half : 2 * pair + 1;
+    float theta = (float)positions[t];
+    for (int m = 0; m < pair; ++m) theta *= theta_scale;
+    const float f = factors ? factors[pair] : 1.0f;
+    const float ang = freq_scale * (theta / f);
+    const float c = cosf(ang), s = sinf(ang);
+    const float x0 = head[a], x1 = head[b];
+    row[i] = i == a ? x0 * c - x1 * s : x0 * s + x1 * c;
+}

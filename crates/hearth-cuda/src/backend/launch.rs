@@ -1,0 +1,516 @@
+//! Kernel launches of the CUDA backend: argument packing, the matmul strategy, attention.
+
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use hearth_backend::{AttnBatch, AttnParams, BackendError};
+use hearth_quant::GgmlType;
+
+use super::state::{Mode, State};
+use super::{key_of, CudaBackend, CudaKvCache, CudaTensor, CudaWeight};
+use crate::error::driver;
+use crate::{gemv_supported, CudaError};
+
+pub(super) const ELEMENTWISE_THREADS: u32 = 256;
+/// Warps per block of the fused GEMV kernels and rows per warp (kernels/gemv.cu).
+const GEMV_WARPS: u32 = 4;
+const GEMV_ROWS_PER_WARP: u32 = 2;
+/// Up to this many tokens a matmul reads the weights once per token with the GEMV kernels;
+/// beyond, it dequantizes them to f16 once and runs a cuBLAS GEMM on tensor cores.
+const GEMV_MAX_TOKENS: usize = 4;
+/// The `mode` argument of the fused GEMV kernels (kernels/gemv.cu).
+const GEMV_STORE: i32 = 0;
+const GEMV_ACCUMULATE: i32 = 1;
+const GEMV_GLU_SILU: i32 = 2;
+const GEMV_GLU_GELU: i32 = 3;
+
+/// The fused GEMV kernel for a weight of type `ty` with `cols` columns, if there is one.
+fn fused_gemv(ty: GgmlType, cols: usize) -> Option<&'static str> {
+    let ok = gemv_supported(ty) && (ty != GgmlType::F16 || cols.is_multiple_of(8));
+    ok.then(|| crate::ops::gemv_kernel_name(ty)).flatten()
+}
+
+/// Weight types the element-wise dequantizer (kernels/dequant.cu) reads.
+pub(super) fn dequant_supported(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(
+        ty,
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | Q2_K
+            | Q3_K
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | IQ4_NL
+    )
+}
+
+pub(super) fn elementwise_blocks(n: usize) -> u32 {
+    (n.div_ceil(ELEMENTWISE_THREADS as usize)).clamp(1, 4096) as u32
+}
+
+/// One kernel argument, by value.
+#[derive(Clone, Copy)]
+pub(super) enum Arg {
+    /// A device address.
+    P(u64),
+    I(i32),
+    F(f32),
+}
+
+/// GGML's number for the type, as kernels/dequant.cu switches on it.
+fn type_code(ty: GgmlType) -> i32 {
+    ty.id() as i32
+}
+
+impl CudaBackend {
+    /// Launch `name` on a `grid` of `threads`-thread blocks, unless the pass replays a graph.
+    pub(super) fn launch(
+        &self,
+        st: &State,
+        name: &'static str,
+        grid: (u32, u32),
+        threads: u32,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
+        if !st.mode.launches() || grid.0 == 0 || grid.1 == 0 {
+            return Ok(());
+        }
+        let f = self.dev.function(name)?;
+        let mut b = self.dev.stream().launch_builder(f);
+        for a in args {
+            match a {
+                Arg::P(v) => b.arg(v),
+                Arg::I(v) => b.arg(v),
+                Arg::F(v) => b.arg(v),
+            };
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (grid.0, grid.1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: every caller passes the kernel's parameters in order with matching types,
+        // and device addresses of buffers sized for the launch (checked by the callers).
+        unsafe { b.launch(cfg) }.map_err(driver("kernel launch"))?;
+        Ok(())
+    }
+
+    /// An element-wise kernel over `n` values: its arguments, then n.
+    pub(super) fn launch_elementwise(
+        &self,
+        st: &State,
+        name: &'static str,
+        args: &[Arg],
+        n: usize,
+    ) -> Result<(), CudaError> {
+        let mut all: Vec<Arg> = args.to_vec();
+        all.push(Arg::I(n as i32));
+        self.launch(
+            st,
+            name,
+            (elementwise_blocks(n), 1),
+            ELEMENTWISE_THREADS,
+            &all,
+        )
+    }
+
+    pub(super) fn launch_embed(
+        &self,
+        st: &State,
+        table: &CudaWeight,
+        ids: u64,
+        out: &CudaTensor,
+    ) -> Result<(), CudaError> {
+        self.launch(
+            st,
+            "embed_rows",
+            (out.rows as u32, 1),
+            256,
+            &[
+                Arg::P(table.ptr),
+                Arg::I(type_code(table.ty)),
+                Arg::I(table.cols as i32),
+                Arg::P(ids),
+                Arg::P(out.ptr),
+            ],
+        )
+    }
+
+    /// `out[t] = W · x[t]` for every token t; see [`GEMV_MAX_TOKENS`] for the strategy.
+    /// `out (+)= W · x`; `accumulate` adds to what `out` holds.
+    pub(super) fn launch_matmul(
+        &self,
+        st: &mut State,
+        w: &CudaWeight,
+        x: &CudaTensor,
+        out: &CudaTensor,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        let n = x.rows;
+        // The GEMM path dequantizes whole 32-value groups (kernels/dequant.cu).
+        if n > GEMV_MAX_TOKENS && self.blas.is_some() && w.cols.is_multiple_of(32) {
+            return self.gemm(st, w, x, out, accumulate);
+        }
+        if let Some(name) = fused_gemv(w.ty, w.cols) {
+            let per_warp = if w.ty == GgmlType::F16 {
+                1
+            } else {
+                GEMV_ROWS_PER_WARP
+            };
+            let blocks = (w.rows as u32).div_ceil(GEMV_WARPS * per_warp);
+            let mode = if accumulate {
+                GEMV_ACCUMULATE
+            } else {
+                GEMV_STORE
+            };
+            let args = [
+                Arg::P(w.ptr),
+                Arg::P(0),
+                Arg::P(x.ptr),
+                Arg::P(out.ptr),
+                Arg::I(w.rows as i32),
+                Arg::I(w.cols as i32),
+                Arg::I(mode),
+            ];
+            self.launch(st, name, (blocks, n as u32), GEMV_WARPS * 32, &args)
+        } else {
+            let blocks = (w.rows as u32).div_ceil(GEMV_WARPS);
+            self.launch(
+                st,
+                "gemv_any",
+                (blocks, n as u32),
+                GEMV_WARPS * 32,
+                &[
+                    Arg::P(w.ptr),
+                    Arg::I(type_code(w.ty)),
+                    Arg::P(x.ptr),
+                    Arg::P(out.ptr),
+                    Arg::I(w.rows as i32),
+                    Arg::I(w.cols as i32),
+                    Arg::I(accumulate as i32),
+                ],
+            )
+        }
+    }
+
+    /// The three projections in one launch when their weights share a fused GEMV type and the
+    /// batch is small; `Ok(false)` when the caller must run them one by one.
+    pub(super) fn launch_matmul3(
+        &self,
+        st: &State,
+        w: [&CudaWeight; 3],
+        x: &CudaTensor,
+        out: [&CudaTensor; 3],
+    ) -> Result<bool, CudaError> {
+        let same = w.iter().all(|m| m.ty == w[0].ty && m.cols == w[0].cols);
+        let quantized = w[0].ty != GgmlType::F16;
+        if !same
+            || !quantized
+            || x.rows > GEMV_MAX_TOKENS
+            || fused_gemv(w[0].ty, w[0].cols).is_none()
+        {
+            return Ok(false);
+        }
+        let name = match w[0].ty {
+            GgmlType::Q8_0 => "gemv3_q8_0",
+            GgmlType::Q4_0 => "gemv3_q4_0",
+            GgmlType::Q4_K => "gemv3_q4_k",
+            GgmlType::Q6_K => "gemv3_q6_k",
+            _ => return Ok(false),
+        };
+        let per_block = GEMV_WARPS * GEMV_ROWS_PER_WARP;
+        let blocks: u32 = w.iter().map(|m| (m.rows as u32).div_ceil(per_block)).sum();
+        let args = [
+            Arg::P(w[0].ptr),
+            Arg::P(w[1].ptr),
+            Arg::P(w[2].ptr),
+            Arg::P(x.ptr),
+            Arg::P(out[0].ptr),
+            Arg::P(out[1].ptr),
+            Arg::P(out[2].ptr),
+            Arg::I(w[0].rows as i32),
+            Arg::I(w[1].rows as i32),
+            Arg::I(w[2].rows as i32),
+            Arg::I(w[0].cols as i32),
+        ];
+        self.launch(st, name, (blocks, x.rows as u32), GEMV_WARPS * 32, &args)?;
+        Ok(true)
+    }
+
+    /// `out = act(G · x) * (U · x)` in one GEMV pass when both weights have the same type
+    /// with a fused kernel and the batch is small; `Ok(false)` when the caller must compose it.
+    pub(super) fn launch_gated(
+        &self,
+        st: &State,
+        gate: &CudaWeight,
+        up: &CudaWeight,
+        x: &CudaTensor,
+        gelu: bool,
+        out: &CudaTensor,
+    ) -> Result<bool, CudaError> {
+        let same = gate.ty == up.ty && (gate.rows, gate.cols) == (up.rows, up.cols);
+        let name = match fused_gemv(gate.ty, gate.cols) {
+            Some(name) if same && x.rows <= GEMV_MAX_TOKENS => name,
+            _ => return Ok(false),
+        };
+        let mode = if gelu { GEMV_GLU_GELU } else { GEMV_GLU_SILU };
+        let args = [
+            Arg::P(gate.ptr),
+            Arg::P(up.ptr),
+            Arg::P(x.ptr),
+            Arg::P(out.ptr),
+            Arg::I(gate.rows as i32),
+            Arg::I(gate.cols as i32),
+            Arg::I(mode),
+        ];
+        let blocks = (gate.rows as u32).div_ceil(GEMV_WARPS);
+        self.launch(st, name, (blocks, x.rows as u32), GEMV_WARPS * 32, &args)?;
+        Ok(true)
+    }
+
+    /// Weights (dequantized to f16 unless they are f16) times activations (rounded to f16) on
+    /// tensor cores, f32 accumulation and output.
+    fn gemm(
+        &self,
+        st: &mut State,
+        w: &CudaWeight,
+        x: &CudaTensor,
+        out: &CudaTensor,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        let may_grow = st.mode == Mode::Eager;
+        let stream = self.dev.stream().clone();
+        if w.ty == GgmlType::F32 {
+            // f32 weights stay exact: an f32 GEMM on the activations as they are.
+            return self.gemm_ex(
+                st,
+                w,
+                (x.ptr, w.ptr),
+                cudaDataType::CUDA_R_32F,
+                x.rows,
+                out,
+                accumulate,
+            );
+        }
+        let a = if w.ty == GgmlType::F16 {
+            w.ptr
+        } else {
+            let a = st.arena.alloc(&stream, w.rows * w.cols * 2, may_grow)?;
+            let groups = w.rows * w.cols / 32;
+            self.launch(
+                st,
+                "dequant_to_f16",
+                (groups.div_ceil(256).min(1 << 16) as u32, 1),
+                256,
+                &[
+                    Arg::P(w.ptr),
+                    Arg::I(type_code(w.ty)),
+                    Arg::I(w.rows as i32),
+                    Arg::I(w.cols as i32),
+                    Arg::P(a),
+                ],
+            )?;
+            a
+        };
+        let b = st.arena.alloc(&stream, x.len() * 2, may_grow)?;
+        self.launch_elementwise(st, "f32_to_f16", &[Arg::P(x.ptr), Arg::P(b)], x.len())?;
+        self.gemm_ex(
+            st,
+            w,
+            (b, a),
+            cudaDataType::CUDA_R_16F,
+            x.rows,
+            out,
+            accumulate,
+        )
+    }
+
+    /// `out (+)= A · B` through cuBLAS, A = the weights' values at `a`, B = the activations at
+    /// `b`, both of type `ab`; f32 accumulation and output.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_ex(
+        &self,
+        st: &State,
+        w: &CudaWeight,
+        (b, a): (u64, u64),
+        ab: cudaDataType,
+        n_tokens: usize,
+        out: &CudaTensor,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        if !st.mode.launches() {
+            return Ok(());
+        }
+        let Some(blas) = &self.blas else {
+            return Err(CudaError::Unsupported {
+                op: "gemm without cuBLAS",
+                ty: w.ty,
+            });
+        };
+        let (alpha, beta) = (1f32, if accumulate { 1f32 } else { 0f32 });
+        // Row-major out[n, rows] is column-major [rows, n] = Wᵀ-view · x-view (see the note in
+        // the module of the GEMV kernels for the layouts): A = W as [cols, rows] transposed.
+        // SAFETY: a, b and out are device buffers of rows*cols and n*cols values of type `ab`
+        // and n*rows f32.
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                *blas.handle.handle(),
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                w.rows as i32,
+                n_tokens as i32,
+                w.cols as i32,
+                &alpha as *const f32 as *const _,
+                a as *const _,
+                ab,
+                w.cols as i32,
+                b as *const _,
+                ab,
+                w.cols as i32,
+                &beta as *const f32 as *const _,
+                out.ptr as *mut _,
+                cudaDataType::CUDA_R_32F,
+                w.rows as i32,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| CudaError::Driver {
+            during: "cuBLAS GEMM",
+            message: format!("{e:?}"),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_attention(
+        &self,
+        st: &mut State,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        cache: &CudaKvCache,
+        layer: usize,
+        batch: &AttnBatch,
+        p: &AttnParams,
+        out: &CudaTensor,
+    ) -> Result<(), BackendError> {
+        let (hd, kv_dim, q_dim) = (
+            p.head_dim,
+            p.n_kv_heads * p.head_dim,
+            p.n_heads * p.head_dim,
+        );
+        let n = q.rows;
+        // The kernel whose per-lane share covers the head (lanes past head_dim sit idle).
+        let name = match hd {
+            1..=32 => "attention_hd32",
+            33..=64 => "attention_hd64",
+            65..=128 => "attention_hd128",
+            129..=256 => "attention_hd256",
+            _ => {
+                return Err(BackendError::Unsupported(format!(
+                    "CUDA attention has no kernel for head size {hd}"
+                )))
+            }
+        };
+        let shapes_ok = cache.kv_dims.get(layer) == Some(&kv_dim)
+            && batch.block_size == cache.block_size
+            && p.n_kv_heads > 0
+            && p.n_heads.is_multiple_of(p.n_kv_heads)
+            && (q.cols, k.cols, v.cols, out.cols) == (q_dim, kv_dim, kv_dim, q_dim)
+            && k.rows == n
+            && v.rows == n
+            && out.rows == n;
+        if !shapes_ok {
+            return Err(BackendError::Unsupported(format!(
+                "layer {layer}: attention operands do not match the KV cache and parameters"
+            )));
+        }
+        let stride = cache.n_blocks;
+        let meta = batch_metadata(batch, n, stride)?;
+        let base = self.stage_u32(st, key_of(batch.seqs, "attention batch"), &meta)?;
+        let (n_seqs, n32) = (batch.seqs.len() as u64, n as u64);
+        let (tok_seq, tok_pos) = (base, base + 4 * n32);
+        let (seq_table, tables) = (base + 8 * n32, base + 8 * n32 + 4 * n_seqs);
+        let (kc, vc) = cache.layers[layer];
+        let bs = cache.block_size as i32;
+        self.launch(
+            st,
+            "kv_write",
+            (n as u32, 1),
+            256,
+            &[
+                Arg::P(k.ptr),
+                Arg::P(v.ptr),
+                Arg::P(kc),
+                Arg::P(vc),
+                Arg::P(tok_seq),
+                Arg::P(tok_pos),
+                Arg::P(seq_table),
+                Arg::P(tables),
+                Arg::I(kv_dim as i32),
+                Arg::I(bs),
+            ],
+        )?;
+        self.launch(
+            st,
+            name,
+            (p.n_heads as u32, n as u32),
+            128,
+            &[
+                Arg::P(q.ptr),
+                Arg::P(kc),
+                Arg::P(vc),
+                Arg::P(out.ptr),
+                Arg::P(tok_seq),
+                Arg::P(tok_pos),
+                Arg::P(seq_table),
+                Arg::P(tables),
+                Arg::I(p.n_heads as i32),
+                Arg::I(p.n_kv_heads as i32),
+                Arg::I(hd as i32),
+                Arg::I(bs),
+                Arg::F(p.scale),
+                Arg::I(p.window.map_or(0, |w| w as i32)),
+                Arg::F(p.softcap.unwrap_or(0.0)),
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// The batch as the attention kernels read it (kernels/model.cu): token → sequence, token →
+/// position, sequence → offset of its block table, then the tables, each in a slot of
+/// `stride` entries (the cache's block count, which bounds any table). The fixed slots keep
+/// the size of this data the same from one decode step to the next, as a replayed graph needs.
+fn batch_metadata(
+    batch: &AttnBatch,
+    n_tokens: usize,
+    stride: usize,
+) -> Result<Vec<u32>, BackendError> {
+    let n_seqs = batch.seqs.len();
+    let mut meta = vec![0u32; 2 * n_tokens + n_seqs + n_seqs * stride];
+    for (i, s) in batch.seqs.iter().enumerate() {
+        if s.token_start + s.n_tokens > n_tokens
+            || (s.first_pos + s.n_tokens).div_ceil(batch.block_size) > s.block_table.len()
+            || s.block_table.len() > stride
+        {
+            return Err(BackendError::Unsupported(format!(
+                "sequence {i} of the batch does not fit its rows or block table"
+            )));
+        }
+        for t in 0..s.n_tokens {
+            meta[s.token_start + t] = i as u32;
+            meta[n_tokens + s.token_start + t] = (s.first_pos + t) as u32;
+        }
+        meta[2 * n_tokens + i] = (i * stride) as u32;
+        let start = 2 * n_tokens + n_seqs + i * stride;
+        meta[start..start + s.block_table.len()].copy_from_slice(s.block_table);
+    }
+    Ok(meta)
+}

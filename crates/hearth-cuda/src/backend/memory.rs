@@ -1,0 +1,152 @@
+//! Transient memory of a forward pass: a bump arena on the device and a pinned host staging
+//! area for the step's host data (token ids, positions, block tables).
+//!
+//! Both are reset at the start of every forward pass and hand out memory in call order, so two
+//! passes that make the same calls get the same addresses: what lets a recorded pass (a CUDA
+//! graph) be replayed. Chunks are never freed while the backend lives, for the same reason.
+
+use std::sync::Arc;
+
+use cudarc::driver::{result, CudaContext, CudaSlice, CudaStream, DevicePtr};
+
+use crate::error::driver;
+use crate::CudaError;
+
+/// Every allocation starts on this boundary (16-byte vector loads, cuBLAS likes 256).
+const ALIGN: usize = 256;
+/// The smallest chunk the arena allocates.
+const MIN_CHUNK: usize = 64 << 20;
+
+struct Chunk {
+    _buf: CudaSlice<u8>,
+    base: u64,
+    len: usize,
+}
+
+/// A bump allocator over device chunks.
+pub(super) struct Arena {
+    chunks: Vec<Chunk>,
+    /// Position of the next allocation: chunk index and offset in it.
+    chunk: usize,
+    offset: usize,
+}
+
+impl Arena {
+    pub fn new() -> Self {
+        Self {
+            chunks: Vec::new(),
+            chunk: 0,
+            offset: 0,
+        }
+    }
+
+    pub fn reset(&mut self) {
+        self.chunk = 0;
+        self.offset = 0;
+    }
+
+    /// `bytes` of device memory, valid until the next reset. `may_grow`: whether a new chunk
+    /// may be allocated (not while a graph is being recorded: the allocation would be
+    /// recorded too).
+    pub fn alloc(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        bytes: usize,
+        may_grow: bool,
+    ) -> Result<u64, CudaError> {
+        let bytes = bytes.max(1).next_multiple_of(ALIGN);
+        while let Some(c) = self.chunks.get(self.chunk) {
+            if self.offset + bytes <= c.len {
+                let ptr = c.base + self.offset as u64;
+                self.offset += bytes;
+                return Ok(ptr);
+            }
+            self.chunk += 1;
+            self.offset = 0;
+        }
+        if !may_grow {
+            return Err(CudaError::Driver {
+                during: "graph recording",
+                message: "the step needs more transient memory than the last one".into(),
+            });
+        }
+        let len = bytes.max(MIN_CHUNK);
+        let buf = stream
+            .alloc_zeros::<u8>(len)
+            .map_err(driver("transient memory allocation"))?;
+        let base = device_address(&buf, stream);
+        self.chunks.push(Chunk {
+            _buf: buf,
+            base,
+            len,
+        });
+        self.chunk = self.chunks.len() - 1;
+        self.offset = bytes;
+        Ok(base)
+    }
+}
+
+/// Page-locked host memory: copies from it are asynchronous, and a recorded copy reads it
+/// again at every replay.
+pub(super) struct Pinned {
+    ctx: Arc<CudaContext>,
+    ptr: *mut u8,
+    len: usize,
+    used: usize,
+}
+
+// SAFETY: the buffer is plain bytes owned by this struct; access goes through &mut self.
+unsafe impl Send for Pinned {}
+unsafe impl Sync for Pinned {}
+
+impl Pinned {
+    pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, CudaError> {
+        ctx.bind_to_thread().map_err(driver("context"))?;
+        // SAFETY: a plain page-locked allocation of `len` bytes, freed in Drop.
+        let ptr = unsafe { result::malloc_host(len, 0) }.map_err(driver("pinned allocation"))?;
+        Ok(Self {
+            ctx: ctx.clone(),
+            ptr: ptr as *mut u8,
+            len,
+            used: 0,
+        })
+    }
+
+    pub fn reset(&mut self) {
+        self.used = 0;
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.len
+    }
+
+    /// Copies `data` into the next free bytes; `None` when it does not fit.
+    pub fn push(&mut self, data: &[u8]) -> Option<&[u8]> {
+        let start = self.used.next_multiple_of(16);
+        if start + data.len() > self.len {
+            return None;
+        }
+        // SAFETY: start + data.len() <= len, inside the allocation; no other reference to
+        // these bytes exists (the slice returned below borrows self).
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), data.len()) };
+        dst.copy_from_slice(data);
+        self.used = start + data.len();
+        Some(dst)
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by malloc_host in `new`; every copy reading it was waited for
+            // (the backend synchronizes before replacing or dropping it).
+            let _ = unsafe { result::free_host(self.ptr as *mut std::ffi::c_void) };
+        }
+    }
+}
+
+/// The device address of a buffer (hearth's kernels take raw addresses).
+pub(super) fn device_address<T>(buf: &CudaSlice<T>, stream: &Arc<CudaStream>) -> u64 {
+    let (ptr, _sync) = buf.device_ptr(stream);
+    ptr
+}

@@ -1,0 +1,810 @@
+//! hearth's [`Backend`] on an NVIDIA GPU.
+//!
+//! Weights are uploaded in their GGUF block layout (no dequantized copies); the KV cache is
+//! paged f16 in GPU memory with the same block tables as the CPU backend. Activations live in a
+//! per-forward arena, and decode steps are recorded once as CUDA graphs and replayed
+//! (`state.rs` explains the modes).
+
+mod launch;
+mod memory;
+mod state;
+
+use std::sync::{Mutex, MutexGuard};
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{result, CudaSlice};
+use hearth_backend::{
+    Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeKind,
+    RopeSpec,
+};
+use hearth_quant::GgmlType;
+
+use crate::device::WEIGHT_PADDING;
+use crate::error::driver;
+use crate::{CudaDevice, CudaError, KernelCache};
+use launch::Arg;
+use memory::{device_address, Pinned};
+use state::{Mode, StageKey, State};
+
+/// Pinned staging bytes at start; grows when a step needs more.
+const PINNED_START: usize = 1 << 20;
+/// cuBLAS workspace: set explicitly so that cuBLAS never allocates inside a graph recording.
+const BLAS_WORKSPACE: usize = 32 << 20;
+
+impl From<CudaError> for BackendError {
+    fn from(e: CudaError) -> Self {
+        match e {
+            CudaError::Unsupported { .. } | CudaError::Shape { .. } => {
+                BackendError::Unsupported(e.to_string())
+            }
+            e => BackendError::Device(e.to_string()),
+        }
+    }
+}
+
+/// A dense f32 matrix in the forward pass's arena: valid until the next forward pass.
+#[derive(Clone, Copy, Debug)]
+pub struct CudaTensor {
+    ptr: u64,
+    rows: usize,
+    cols: usize,
+}
+
+impl CudaTensor {
+    fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+}
+
+/// A weight in GPU memory: a matrix in its file's block layout, or a vector as f32.
+pub struct CudaWeight {
+    name: String,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    ptr: u64,
+    _buf: CudaSlice<u8>,
+}
+
+/// Per layer: keys and values, each `[n_slots, kv_dim]` f16.
+pub struct CudaKvCache {
+    layers: Vec<(u64, u64)>,
+    _bufs: Vec<CudaSlice<u16>>,
+    kv_dims: Vec<usize>,
+    block_size: usize,
+    n_blocks: usize,
+}
+
+struct Blas {
+    handle: CudaBlas,
+    _workspace: CudaSlice<u8>,
+}
+
+/// The CUDA backend on one GPU.
+pub struct CudaBackend {
+    dev: CudaDevice,
+    /// `None` when cuBLAS is not installed: larger batches then use the GEMV kernels.
+    blas: Option<Blas>,
+    state: Mutex<State>,
+}
+
+impl CudaBackend {
+    /// Opens GPU `ordinal` with the kernels from the default cache (compiled on a miss).
+    pub fn open(ordinal: usize) -> Result<Self, CudaError> {
+        let dev = CudaDevice::open(ordinal, &KernelCache::default_location())?;
+        let stream = dev.stream().clone();
+        // SAFETY: checks that the library can be loaded before the bindings touch it.
+        let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
+            let handle = CudaBlas::new(stream.clone()).map_err(|e| CudaError::Driver {
+                during: "cuBLAS initialization",
+                message: format!("{e:?}"),
+            })?;
+            let workspace = stream
+                .alloc_zeros::<u8>(BLAS_WORKSPACE)
+                .map_err(driver("cuBLAS workspace"))?;
+            let ptr = device_address(&workspace, &stream);
+            // SAFETY: the workspace outlives the handle (both live in `Blas`, handle first).
+            unsafe {
+                cudarc::cublas::sys::cublasSetWorkspace_v2(
+                    *handle.handle(),
+                    ptr as *mut std::ffi::c_void,
+                    BLAS_WORKSPACE,
+                )
+            }
+            .result()
+            .map_err(|e| CudaError::Driver {
+                during: "cuBLAS workspace",
+                message: format!("{e:?}"),
+            })?;
+            Some(Blas {
+                handle,
+                _workspace: workspace,
+            })
+        } else {
+            None
+        };
+        let pinned = Pinned::new(dev.context(), PINNED_START)?;
+        Ok(Self {
+            dev,
+            blas,
+            state: Mutex::new(State::new(pinned)),
+        })
+    }
+
+    /// The opened device.
+    pub fn device(&self) -> &CudaDevice {
+        &self.dev
+    }
+
+    fn state(&self) -> Result<MutexGuard<'_, State>, BackendError> {
+        self.state
+            .lock()
+            .map_err(|_| BackendError::Device("CUDA backend state poisoned by a panic".into()))
+    }
+
+    fn tensor(&self, st: &mut State, rows: usize, cols: usize) -> Result<CudaTensor, CudaError> {
+        let may_grow = st.mode == Mode::Eager;
+        let ptr = st
+            .arena
+            .alloc(self.dev.stream(), rows * cols * 4, may_grow)?;
+        Ok(CudaTensor { ptr, rows, cols })
+    }
+
+    /// Copies host bytes to the device through pinned memory and returns their device address.
+    /// `key`: an array staged again in the same pass reuses the first copy.
+    fn stage(&self, st: &mut State, key: Option<StageKey>, bytes: &[u8]) -> Result<u64, CudaError> {
+        if let Some(k) = key {
+            if let Some(&(_, dev)) = st.staged.iter().find(|(s, _)| *s == k) {
+                return Ok(dev);
+            }
+        }
+        let may_grow = st.mode == Mode::Eager;
+        let dev = st.arena.alloc(self.dev.stream(), bytes.len(), may_grow)?;
+        if st.pinned.push(bytes).is_none() {
+            if !may_grow {
+                return Err(CudaError::Driver {
+                    during: "graph recording",
+                    message: "the step stages more host data than the last one".into(),
+                });
+            }
+            // Copies queued from the old buffer must finish before it goes.
+            self.dev.synchronize()?;
+            let len = (st.pinned.capacity() * 2).max(bytes.len() * 2);
+            st.pinned = Pinned::new(self.dev.context(), len)?;
+            st.drop_graphs();
+        }
+        let src = st.pinned.push(bytes).ok_or_else(|| CudaError::Driver {
+            during: "staging",
+            message: "pinned buffer too small after growing".into(),
+        })?;
+        if st.mode.launches() {
+            // SAFETY: `src` is page-locked and stays untouched until the pass ends (the next
+            // pass synchronizes before reusing it); `dev` holds `bytes.len()` bytes.
+            unsafe { result::memcpy_htod_async(dev, src, self.dev.stream().cu_stream()) }
+                .map_err(driver("staging copy"))?;
+        }
+        if let Some(k) = key {
+            st.staged.push((k, dev));
+        }
+        Ok(dev)
+    }
+
+    fn stage_u32(
+        &self,
+        st: &mut State,
+        key: Option<StageKey>,
+        values: &[u32],
+    ) -> Result<u64, CudaError> {
+        self.stage(st, key, bytemuck::cast_slice(values))
+    }
+}
+
+fn key_of<T>(s: &[T], what: &'static str) -> Option<StageKey> {
+    Some(StageKey {
+        ptr: s.as_ptr() as usize,
+        len: s.len(),
+        what,
+    })
+}
+
+fn check_matmul(w: &CudaWeight, x: &CudaTensor, out: &CudaTensor) -> Result<(), BackendError> {
+    check(
+        x.cols == w.cols && (out.rows, out.cols) == (x.rows, w.rows),
+        || {
+            format!(
+                "matmul {}: [{}, {}] weights with [{}, {}] input into [{}, {}]",
+                w.name, w.rows, w.cols, x.rows, x.cols, out.rows, out.cols
+            )
+        },
+    )
+}
+
+fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), BackendError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(BackendError::Unsupported(what()))
+    }
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Weight = CudaWeight;
+    type KvCache = CudaKvCache;
+
+    fn name(&self) -> String {
+        let info = self.dev.info();
+        format!("cuda:{} ({})", info.ordinal, info.name)
+    }
+
+    fn begin_forward(&self, key: Option<u64>) {
+        let Ok(mut st) = self.state() else {
+            return;
+        };
+        let _ = self.dev.context().bind_to_thread();
+        // A pass that failed while recording left the capture open: close and discard it.
+        if let Mode::Record(k) = st.mode {
+            let _ = self
+                .dev
+                .stream()
+                .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
+            st.unrecordable.insert(k);
+        }
+        // The last pass may have ended without reading anything back (a prompt chunk that
+        // wants no logits): its copies must finish before the staging buffer is reused.
+        let _ = self.dev.synchronize();
+        st.arena.reset();
+        st.pinned.reset();
+        st.staged.clear();
+        st.mode = st.mode_for(key);
+        if let Mode::Record(k) = st.mode {
+            let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+            if let Err(e) = self.dev.stream().begin_capture(mode) {
+                tracing::warn!(batch = k, "cannot record decode steps: {e:?}");
+                st.unrecordable.insert(k);
+                st.mode = Mode::Eager;
+            }
+        }
+    }
+
+    fn load_weight(&self, w: HostWeight) -> Result<CudaWeight, BackendError> {
+        let bad = |reason: String| BackendError::BadWeight {
+            name: w.name.clone(),
+            reason,
+        };
+        let expected =
+            w.ty.bytes_for(w.cols as u64)
+                .and_then(|b| b.checked_mul(w.rows as u64))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{} columns is not a whole number of {} blocks",
+                        w.cols, w.ty
+                    ))
+                })?;
+        let bytes = w.data.bytes();
+        if bytes.len() as u64 != expected {
+            return Err(bad(format!(
+                "holds {} bytes, its shape and type need {expected}",
+                bytes.len()
+            )));
+        }
+        if !launch::dequant_supported(w.ty) {
+            return Err(bad(format!("type {} has no CUDA kernels", w.ty)));
+        }
+        // Vectors (norm weights) are used as f32; matrices stay in their block layout.
+        let (ty, upload): (GgmlType, Vec<u8>) = if w.rows == 1 {
+            let mut v = vec![0f32; w.cols];
+            hearth_quant::dequantize_row(w.ty, bytes, &mut v).map_err(|e| bad(e.to_string()))?;
+            (GgmlType::F32, bytemuck::cast_slice(&v).to_vec())
+        } else {
+            (w.ty, Vec::new())
+        };
+        let host: &[u8] = if w.rows == 1 { &upload } else { bytes };
+        let stream = self.dev.stream();
+        let mut buf = stream
+            .alloc_zeros::<u8>(host.len() + WEIGHT_PADDING)
+            .map_err(|e| BackendError::OutOfMemory(format!("weight {}: {e:?}", w.name)))?;
+        stream
+            .memcpy_htod(host, &mut buf.slice_mut(..host.len()))
+            .map_err(|e| BackendError::Device(format!("weight {} upload: {e:?}", w.name)))?;
+        let ptr = device_address(&buf, stream);
+        Ok(CudaWeight {
+            name: w.name,
+            ty,
+            rows: w.rows,
+            cols: w.cols,
+            ptr,
+            _buf: buf,
+        })
+    }
+
+    fn new_kv_cache(&self, spec: &KvSpec) -> Result<CudaKvCache, BackendError> {
+        let n_slots = spec.n_blocks * spec.block_size;
+        let stream = self.dev.stream();
+        let mut bufs = Vec::new();
+        let mut layers = Vec::new();
+        for &d in &spec.kv_dims {
+            let oom = |e| {
+                BackendError::OutOfMemory(format!(
+                    "KV cache needs {} MiB: {e:?}",
+                    spec.bytes_f16() >> 20
+                ))
+            };
+            let k = stream.alloc_zeros::<u16>(n_slots * d).map_err(oom)?;
+            let v = stream.alloc_zeros::<u16>(n_slots * d).map_err(oom)?;
+            layers.push((device_address(&k, stream), device_address(&v, stream)));
+            bufs.push(k);
+            bufs.push(v);
+        }
+        Ok(CudaKvCache {
+            layers,
+            _bufs: bufs,
+            kv_dims: spec.kv_dims.clone(),
+            block_size: spec.block_size,
+            n_blocks: spec.n_blocks,
+        })
+    }
+
+    fn alloc(&self, rows: usize, cols: usize) -> Result<CudaTensor, BackendError> {
+        let mut st = self.state()?;
+        Ok(self.tensor(&mut st, rows, cols)?)
+    }
+
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<CudaTensor, BackendError> {
+        check(data.len() == rows * cols, || {
+            format!("upload of {} values as [{rows}, {cols}]", data.len())
+        })?;
+        let mut st = self.state()?;
+        let ptr = self.stage(&mut st, None, bytemuck::cast_slice(data))?;
+        Ok(CudaTensor { ptr, rows, cols })
+    }
+
+    fn to_host(&self, t: &CudaTensor) -> Result<Vec<f32>, BackendError> {
+        let mut out = Vec::new();
+        self.to_host_into(t, &mut out)?;
+        Ok(out)
+    }
+
+    fn to_host_into(&self, t: &CudaTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        let mut st = self.state()?;
+        let stream = self.dev.stream();
+        match st.mode {
+            Mode::Eager => {}
+            Mode::Record(k) => {
+                st.mode = Mode::Eager;
+                let flags = cudarc::driver::sys::CUgraphInstantiate_flags(0);
+                match stream.end_capture(flags) {
+                    Ok(Some(g)) => {
+                        tracing::debug!(batch = k, "decode step recorded as a CUDA graph");
+                        st.graphs.insert(k, state::Graph(g));
+                    }
+                    other => {
+                        let why = match other {
+                            Err(e) => format!("{e:?}"),
+                            _ => "the capture was empty".into(),
+                        };
+                        tracing::warn!(batch = k, "recording a decode step failed: {why}");
+                        st.unrecordable.insert(k);
+                        return Err(BackendError::Device(format!(
+                            "recording a decode step failed ({why}); later steps run op by op"
+                        )));
+                    }
+                }
+                launch_graph(&st, k)?;
+            }
+            Mode::Replay(k) => {
+                st.mode = Mode::Eager;
+                launch_graph(&st, k)?;
+            }
+        }
+        out.clear();
+        out.reserve(t.len());
+        // NOTE: straight into the vector's spare capacity: clearing tens of MB first would cost
+        // as much as the copy.
+        let spare = &mut out.spare_capacity_mut()[..t.len()];
+        // SAFETY: `t` lies in the arena and holds `t.len()` f32, `spare` has room for as many;
+        // the copy is waited for before the length is set.
+        unsafe {
+            cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
+                spare.as_mut_ptr() as *mut std::ffi::c_void,
+                t.ptr,
+                t.len() * 4,
+                stream.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| BackendError::Device(format!("read back: {e:?}")))?;
+        self.dev.synchronize()?;
+        // SAFETY: the first t.len() values were written by the completed copy.
+        unsafe { out.set_len(t.len()) };
+        Ok(())
+    }
+
+    fn copy(&self, t: &CudaTensor) -> Result<CudaTensor, BackendError> {
+        let mut st = self.state()?;
+        let out = self.tensor(&mut st, t.rows, t.cols)?;
+        if st.mode.launches() {
+            // SAFETY: both ranges are arena allocations of t.len() f32.
+            unsafe {
+                result::memcpy_dtod_async(
+                    out.ptr,
+                    t.ptr,
+                    t.len() * 4,
+                    self.dev.stream().cu_stream(),
+                )
+            }
+            .map_err(|e| BackendError::Device(format!("copy: {e:?}")))?;
+        }
+        Ok(out)
+    }
+
+    fn shape(&self, t: &CudaTensor) -> (usize, usize) {
+        (t.rows, t.cols)
+    }
+
+    fn embed(
+        &self,
+        table: &CudaWeight,
+        tokens: &[u32],
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        check((out.rows, out.cols) == (tokens.len(), table.cols), || {
+            format!("embedding {} into [{}, {}]", table.name, out.rows, out.cols)
+        })?;
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= table.rows) {
+            return Err(BackendError::BadWeight {
+                name: table.name.clone(),
+                reason: format!("token id {t} is outside the vocabulary of {}", table.rows),
+            });
+        }
+        let mut st = self.state()?;
+        let ids = self.stage_u32(&mut st, key_of(tokens, "tokens"), tokens)?;
+        self.launch_embed(&st, table, ids, out)?;
+        Ok(())
+    }
+
+    fn matmul(
+        &self,
+        w: &CudaWeight,
+        x: &CudaTensor,
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        check_matmul(w, x, out)?;
+        let mut st = self.state()?;
+        self.launch_matmul(&mut st, w, x, out, false)?;
+        Ok(())
+    }
+
+    fn matmul3(
+        &self,
+        w: [&CudaWeight; 3],
+        x: &CudaTensor,
+        out: [&mut CudaTensor; 3],
+    ) -> Result<(), BackendError> {
+        for (w, o) in w.iter().zip(&out) {
+            check_matmul(w, x, o)?;
+        }
+        let mut st = self.state()?;
+        let outs = [&*out[0], &*out[1], &*out[2]];
+        if !self.launch_matmul3(&st, w, x, outs)? {
+            for (w, o) in w.into_iter().zip(outs) {
+                self.launch_matmul(&mut st, w, x, o, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn qk_norm_rope(
+        &self,
+        q: &mut CudaTensor,
+        k: &mut CudaTensor,
+        norms: Option<(&CudaWeight, &CudaWeight)>,
+        positions: &[u32],
+        head_dim: usize,
+        rope: &RopeSpec,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        let norms_ok = norms
+            .is_none_or(|(a, b)| (a.rows, a.cols, b.rows, b.cols) == (1, head_dim, 1, head_dim));
+        check(
+            head_dim > 0
+                && head_dim <= 256
+                && norms_ok
+                && positions.len() == q.rows
+                && k.rows == q.rows
+                && q.cols.is_multiple_of(head_dim)
+                && k.cols.is_multiple_of(head_dim)
+                && rope.n_rot <= head_dim
+                && rope.n_rot.is_multiple_of(2)
+                && (rope.freq_factors.is_empty() || rope.freq_factors.len() == rope.n_rot / 2),
+            || {
+                format!(
+                    "q/k norm and rope over heads of {head_dim} in rows of {} and {}",
+                    q.cols, k.cols
+                )
+            },
+        )?;
+        let mut st = self.state()?;
+        let pos = self.stage_u32(&mut st, key_of(positions, "positions"), positions)?;
+        let factors = self.stage_rope_factors(&mut st, rope)?;
+        let (qn, kn) = norms.map_or((0, 0), |(a, b)| (a.ptr, b.ptr));
+        let (n_q, n_k) = (q.cols / head_dim, k.cols / head_dim);
+        self.launch(
+            &st,
+            "qk_norm_rope",
+            ((n_q + n_k) as u32, q.rows as u32),
+            head_dim.next_multiple_of(32) as u32,
+            &[
+                Arg::P(q.ptr),
+                Arg::P(k.ptr),
+                Arg::P(qn),
+                Arg::P(kn),
+                Arg::P(pos),
+                Arg::I(n_q as i32),
+                Arg::I(n_k as i32),
+                Arg::I(head_dim as i32),
+                Arg::F(eps),
+                Arg::I(rope.n_rot as i32),
+                Arg::F(rope_theta_scale(rope)),
+                Arg::F(rope.freq_scale),
+                Arg::P(factors),
+                Arg::I((rope.kind == RopeKind::Neox) as i32),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn matmul_add(
+        &self,
+        w: &CudaWeight,
+        x: &CudaTensor,
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        check_matmul(w, x, out)?;
+        let mut st = self.state()?;
+        self.launch_matmul(&mut st, w, x, out, true)?;
+        Ok(())
+    }
+
+    fn gated_matmul(
+        &self,
+        gate: &CudaWeight,
+        up: &CudaWeight,
+        x: &CudaTensor,
+        act: Activation,
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        check_matmul(gate, x, out)?;
+        check_matmul(up, x, out)?;
+        let mut st = self.state()?;
+        let gelu = act == Activation::GeluTanh;
+        if self.launch_gated(&st, gate, up, x, gelu, out)? {
+            return Ok(());
+        }
+        let u = self.tensor(&mut st, out.rows, out.cols)?;
+        self.launch_matmul(&mut st, gate, x, out, false)?;
+        self.launch_matmul(&mut st, up, x, &u, false)?;
+        let n = out.len();
+        self.launch(
+            &st,
+            "glu",
+            (launch::elementwise_blocks(n), 1),
+            launch::ELEMENTWISE_THREADS,
+            &[
+                Arg::P(out.ptr),
+                Arg::P(u.ptr),
+                Arg::I(n as i32),
+                Arg::I(gelu as i32),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn rms_norm_copy(
+        &self,
+        x: &CudaTensor,
+        weight: &CudaWeight,
+        eps: f32,
+    ) -> Result<CudaTensor, BackendError> {
+        let mut st = self.state()?;
+        let out = self.tensor(&mut st, x.rows, x.cols)?;
+        self.launch_norm(&st, x, weight, x.cols, eps, &out)?;
+        Ok(out)
+    }
+
+    fn rms_norm(
+        &self,
+        x: &mut CudaTensor,
+        weight: &CudaWeight,
+        group: usize,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        let st = self.state()?;
+        self.launch_norm(&st, x, weight, group, eps, x)?;
+        Ok(())
+    }
+
+    fn rope(
+        &self,
+        x: &mut CudaTensor,
+        positions: &[u32],
+        head_dim: usize,
+        rope: &RopeSpec,
+    ) -> Result<(), BackendError> {
+        check(
+            positions.len() == x.rows
+                && x.cols.is_multiple_of(head_dim)
+                && rope.n_rot <= head_dim
+                && rope.n_rot.is_multiple_of(2)
+                && (rope.freq_factors.is_empty() || rope.freq_factors.len() == rope.n_rot / 2),
+            || {
+                format!(
+                    "rope over {} of {head_dim} values in rows of {}",
+                    rope.n_rot, x.cols
+                )
+            },
+        )?;
+        let mut st = self.state()?;
+        let pos = self.stage_u32(&mut st, key_of(positions, "positions"), positions)?;
+        let factors = self.stage_rope_factors(&mut st, rope)?;
+        let theta_scale = rope_theta_scale(rope);
+        self.launch(
+            &st,
+            "rope_rows",
+            (x.rows as u32, 1),
+            128,
+            &[
+                Arg::P(x.ptr),
+                Arg::P(pos),
+                Arg::I(x.cols as i32),
+                Arg::I(head_dim as i32),
+                Arg::I(rope.n_rot as i32),
+                Arg::F(theta_scale),
+                Arg::F(rope.freq_scale),
+                Arg::P(factors),
+                Arg::I((rope.kind == RopeKind::Neox) as i32),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn add(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<(), BackendError> {
+        check(x.len() == y.len(), || "add of different shapes".into())?;
+        let st = self.state()?;
+        self.launch_elementwise(&st, "add_f32", &[Arg::P(x.ptr), Arg::P(y.ptr)], x.len())?;
+        Ok(())
+    }
+
+    fn scale(&self, x: &mut CudaTensor, s: f32) -> Result<(), BackendError> {
+        let st = self.state()?;
+        self.launch_elementwise(&st, "scale_f32", &[Arg::P(x.ptr), Arg::F(s)], x.len())?;
+        Ok(())
+    }
+
+    fn glu(
+        &self,
+        gate: &mut CudaTensor,
+        up: &CudaTensor,
+        act: Activation,
+    ) -> Result<(), BackendError> {
+        check(gate.len() == up.len(), || "glu of different shapes".into())?;
+        let st = self.state()?;
+        let n = gate.len();
+        let act = match act {
+            Activation::Silu => 0,
+            Activation::GeluTanh => 1,
+        };
+        self.launch(
+            &st,
+            "glu",
+            (launch::elementwise_blocks(n), 1),
+            launch::ELEMENTWISE_THREADS,
+            &[
+                Arg::P(gate.ptr),
+                Arg::P(up.ptr),
+                Arg::I(n as i32),
+                Arg::I(act),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn gather_rows(&self, x: &CudaTensor, rows: &[usize]) -> Result<CudaTensor, BackendError> {
+        check(rows.iter().all(|&r| r < x.rows), || {
+            "gather of a row past the end".into()
+        })?;
+        let mut st = self.state()?;
+        let out = self.tensor(&mut st, rows.len(), x.cols)?;
+        if rows.is_empty() {
+            return Ok(out);
+        }
+        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let dev_idx = self.stage_u32(&mut st, key_of(rows, "rows"), &idx)?;
+        self.launch(
+            &st,
+            "gather_rows",
+            (rows.len() as u32, 1),
+            256,
+            &[
+                Arg::P(x.ptr),
+                Arg::P(dev_idx),
+                Arg::I(x.cols as i32),
+                Arg::P(out.ptr),
+            ],
+        )?;
+        Ok(out)
+    }
+
+    fn attention(
+        &self,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        cache: &mut CudaKvCache,
+        layer: usize,
+        batch: &AttnBatch,
+        params: &AttnParams,
+        out: &mut CudaTensor,
+    ) -> Result<(), BackendError> {
+        let mut st = self.state()?;
+        self.launch_attention(&mut st, q, k, v, cache, layer, batch, params, out)?;
+        Ok(())
+    }
+}
+
+/// Same expression as the CPU backend, so the angles agree to the bit.
+fn rope_theta_scale(rope: &RopeSpec) -> f32 {
+    rope.freq_base.powf(-2.0 / rope.n_rot as f32)
+}
+
+impl CudaBackend {
+    /// The device address of the rope frequency divisors (0 when there are none).
+    fn stage_rope_factors(&self, st: &mut State, rope: &RopeSpec) -> Result<u64, CudaError> {
+        if rope.freq_factors.is_empty() {
+            return Ok(0);
+        }
+        let k = key_of(&rope.freq_factors, "rope factors");
+        self.stage(st, k, bytemuck::cast_slice(&rope.freq_factors))
+    }
+
+    /// `out = rms_norm(x)` per group of `group` values (`out` may be `x`).
+    fn launch_norm(
+        &self,
+        st: &State,
+        x: &CudaTensor,
+        weight: &CudaWeight,
+        group: usize,
+        eps: f32,
+        out: &CudaTensor,
+    ) -> Result<(), BackendError> {
+        if weight.rows != 1 || weight.cols != group || group == 0 || !x.cols.is_multiple_of(group) {
+            return Err(BackendError::BadWeight {
+                name: weight.name.clone(),
+                reason: format!(
+                    "norm of {} values applied to groups of {group}",
+                    weight.cols
+                ),
+            });
+        }
+        let n_groups = (x.len() / group) as u32;
+        let threads = (group.next_multiple_of(32)).min(256) as u32;
+        let args = [
+            Arg::P(x.ptr),
+            Arg::P(weight.ptr),
+            Arg::P(out.ptr),
+            Arg::I(group as i32),
+            Arg::F(eps),
+        ];
+        self.launch(st, "rms_norm_groups", (n_groups, 1), threads, &args)?;
+        Ok(())
+    }
+}
+
+fn launch_graph(st: &State, key: u64) -> Result<(), BackendError> {
+    let g = st
+        .graphs
+        .get(&key)
+        .ok_or_else(|| BackendError::Device("recorded decode step missing".into()))?;
+    g.0.launch()
+        .map_err(|e| BackendError::Device(format!("graph launch: {e:?}")))
+}

@@ -1,0 +1,91 @@
+//! Per-forward state of the CUDA backend: the transient memory, the staged host data, and
+//! whether the pass runs op by op, is being recorded into a CUDA graph, or replays one.
+//!
+//! ```text
+//!  begin_forward(None)        eager: every op launches
+//!  begin_forward(Some(k)) #1  eager, and k is remembered (the arena grows to what k needs)
+//!  begin_forward(Some(k)) #2  record: ops launch into a stream capture; to_host ends it,
+//!                             instantiates the graph and launches it
+//!  begin_forward(Some(k)) #3+ replay: ops only refresh their host data in pinned memory (the
+//!                             graph's copy nodes read it there); to_host launches the graph
+//! ```
+
+use std::collections::{HashMap, HashSet};
+
+use cudarc::driver::CudaGraph;
+
+use super::memory::{Arena, Pinned};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    Eager,
+    Record(u64),
+    Replay(u64),
+}
+
+impl Mode {
+    /// Whether ops put work on the stream (eagerly or into the recording).
+    pub fn launches(self) -> bool {
+        !matches!(self, Mode::Replay(_))
+    }
+}
+
+/// A recorded decode step.
+pub(super) struct Graph(pub CudaGraph);
+
+// SAFETY: a graph is only launched or dropped under the backend's state mutex, never from two
+// threads at once (the driver's rule for graph objects).
+unsafe impl Send for Graph {}
+
+/// Which host array a staged copy came from: the same array staged twice in one pass (the
+/// positions for every layer's rope, the batch for every layer's attention) is copied once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct StageKey {
+    pub ptr: usize,
+    pub len: usize,
+    pub what: &'static str,
+}
+
+pub(super) struct State {
+    pub arena: Arena,
+    pub pinned: Pinned,
+    pub mode: Mode,
+    pub graphs: HashMap<u64, Graph>,
+    /// Keys seen once (recorded at their second pass).
+    pub seen: HashSet<u64>,
+    /// Keys whose recording failed: they run eagerly from then on.
+    pub unrecordable: HashSet<u64>,
+    /// Arrays staged in this pass and where their copies live on the device.
+    pub staged: Vec<(StageKey, u64)>,
+}
+
+impl State {
+    pub fn new(pinned: Pinned) -> Self {
+        Self {
+            arena: Arena::new(),
+            pinned,
+            mode: Mode::Eager,
+            graphs: HashMap::new(),
+            seen: HashSet::new(),
+            unrecordable: HashSet::new(),
+            staged: Vec::new(),
+        }
+    }
+
+    /// The mode a pass with `key` runs in; remembers first sightings.
+    pub fn mode_for(&mut self, key: Option<u64>) -> Mode {
+        match key {
+            None => Mode::Eager,
+            Some(k) if self.graphs.contains_key(&k) => Mode::Replay(k),
+            Some(k) if self.unrecordable.contains(&k) => Mode::Eager,
+            Some(k) if !self.seen.insert(k) => Mode::Record(k),
+            Some(_) => Mode::Eager,
+        }
+    }
+
+    /// Forget every recording (their copy nodes point into a pinned buffer being replaced).
+    pub fn drop_graphs(&mut self) {
+        self.graphs.clear();
+        self.seen.clear();
+    }
+}
