@@ -36,8 +36,19 @@ impl ByteLevelBpe {
             // NOTE: a repeated string keeps the last id, as llama.cpp's map does.
             vocab.insert(text.clone(), id as u32);
         }
+        // NOTE: llama.cpp skips a merge whose parts or result are not tokens (a merge can
+        // never produce them); `tokenizers` refuses the whole vocabulary, so drop them here.
+        let usable: Vec<(String, String)> = merges
+            .iter()
+            .filter(|(a, b)| {
+                vocab.contains_key(a)
+                    && vocab.contains_key(b)
+                    && vocab.contains_key(&format!("{a}{b}"))
+            })
+            .cloned()
+            .collect();
         let model = BPE::builder()
-            .vocab_and_merges(vocab, merges.to_vec())
+            .vocab_and_merges(vocab, usable)
             .ignore_merges(pre.defaults().ignore_merges)
             .build()
             .map_err(|e| TokenizerError::InvalidVocab(format!("tokenizer.ggml.merges: {e}")))?;
@@ -61,5 +72,31 @@ impl ByteLevelBpe {
             out.extend(tokens.iter().map(|t| t.id));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A merge whose result is no token (as in some generated vocabularies) is skipped, as
+    /// llama.cpp skips it, instead of making the whole vocabulary unusable.
+    #[test]
+    fn merges_that_make_no_token_are_skipped() {
+        let byte_chars = byte_to_char_table();
+        let mut tokens: Vec<String> = (0..=255u8)
+            .map(|b| byte_chars[b as usize].to_string())
+            .collect();
+        tokens.push("ab".into());
+        let merges = vec![
+            ("t".to_string(), "k".to_string()), // "tk" is not a token
+            ("a".to_string(), "b".to_string()),
+        ];
+        let pre = PreTokenizer::for_name("qwen2").expect("known pre-tokenizer");
+        let bpe = ByteLevelBpe::new(&tokens, &merges, pre).expect("vocabulary loads");
+        let mut ids = Vec::new();
+        bpe.encode("abtk", &mut ids).expect("encodes");
+        let tk: Vec<u32> = "tk".bytes().map(|b| b as u32).collect();
+        assert_eq!(ids, [vec![256], tk].concat());
     }
 }
