@@ -72,17 +72,17 @@ impl Engine {
             seqs: &seqs,
             logits_rows: &logits_rows,
         };
-        let result = self
-            .model
-            .forward(&self.backend, &batch, &mut self.cache, BLOCK_SIZE);
+        let mut logits = std::mem::take(&mut self.logits);
+        let result = self.runner.forward(&batch, BLOCK_SIZE, &mut logits);
         drop(seqs);
-        let logits = match result {
-            Ok(l) => l,
+        match result {
+            Ok(()) => {}
             Err(e) => {
+                self.logits = logits;
                 self.roll_back(work, &before);
                 return Err(e.into());
             }
-        };
+        }
         let n_vocab = self.n_vocab();
         let mut out = Vec::with_capacity(work.len());
         let mut offset = 0;
@@ -92,6 +92,7 @@ impl Engine {
             offset += n;
             w.seq.tokens.extend_from_slice(w.tokens);
         }
+        self.logits = logits;
         Ok(out)
     }
 

@@ -2,12 +2,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hearth_backend::{cpu::CpuBackend, Backend, KvSpec};
+use hearth_backend::KvSpec;
 use hearth_gguf::GgufFile;
 use hearth_kv::BlockPool;
-use hearth_models::DecoderModel;
 use hearth_tokenizer::{ChatMessage, Tokenizer};
 
+use crate::runner::{load_runner, Device, ModelRunner};
 use crate::source::ModelSource;
 use crate::{EngineError, PromptBuilder, SeqStep, Sequence};
 
@@ -29,6 +29,8 @@ pub struct EngineOptions {
     pub n_batch: usize,
     /// A built-in chat template to use instead of the model's own (chatml, llama3, gemma, mistral).
     pub template: Option<String>,
+    /// Where the model runs.
+    pub device: Device,
 }
 
 impl Default for EngineOptions {
@@ -39,6 +41,7 @@ impl Default for EngineOptions {
             n_threads: 0,
             n_batch: 512,
             template: None,
+            device: Device::Auto,
         }
     }
 }
@@ -56,16 +59,19 @@ pub struct ModelInfo {
     pub n_kv_tokens: usize,
     pub kv_bytes: u64,
     pub backend: String,
-    /// CPU threads the backend runs on.
+    /// CPU threads the backend runs on (0 on a GPU).
     pub n_threads: usize,
+    /// Why the model does not run on the device asked for (`--device auto` without a usable
+    /// GPU), to print once.
+    pub device_note: Option<String>,
     pub load_time: Duration,
 }
 
 /// A loaded model ready to run sequences.
 pub struct Engine {
-    pub(crate) backend: CpuBackend,
-    pub(crate) model: DecoderModel<CpuBackend>,
-    pub(crate) cache: <CpuBackend as Backend>::KvCache,
+    pub(crate) runner: Box<dyn ModelRunner>,
+    /// The last step's logits; kept to reuse its allocation.
+    pub(crate) logits: Vec<f32>,
     pub(crate) pool: BlockPool,
     pub tokenizer: Arc<Tokenizer>,
     prompt: PromptBuilder,
@@ -92,7 +98,6 @@ impl Engine {
             weight_bytes,
             gguf,
         } = ModelSource::open(path, opts)?;
-        let backend = CpuBackend::new(opts.n_threads)?;
         let n_ctx = match opts.n_ctx {
             0 => config.n_ctx_train.min(4096),
             n => n,
@@ -112,27 +117,31 @@ impl Engine {
             n_blocks,
             block_size: BLOCK_SIZE,
         };
-        let loader = hearth_models::TensorLoader::from_source(tensors, &backend);
-        let model = hearth_models::DecoderModel::load(config, &loader).map_err(model_err)?;
-        let cache = backend.new_kv_cache(&kv_spec)?;
+        let loaded = load_runner(opts.device, opts.n_threads, config, tensors, &kv_spec).map_err(
+            |e| match e {
+                EngineError::Run(error) => model_err(error),
+                e => e,
+            },
+        )?;
+        let model_config = loaded.runner.config();
         let info = ModelInfo {
             path: path.to_path_buf(),
-            arch: model.config.arch.clone(),
+            arch: model_config.arch.clone(),
             n_params,
             weight_bytes,
             n_ctx,
-            n_ctx_train: model.config.n_ctx_train,
+            n_ctx_train: model_config.n_ctx_train,
             n_kv_tokens: n_blocks * BLOCK_SIZE,
             kv_bytes: kv_spec.bytes_f16(),
-            backend: backend.name(),
-            n_threads: backend.n_threads(),
+            backend: loaded.backend,
+            n_threads: loaded.n_threads,
+            device_note: loaded.note,
             load_time: start.elapsed(),
         };
         let tokenizer = Arc::new(tokenizer);
         Ok(Self {
-            backend,
-            model,
-            cache,
+            runner: loaded.runner,
+            logits: Vec::new(),
             pool: BlockPool::new(n_blocks, BLOCK_SIZE),
             prompt: PromptBuilder::new(tokenizer.clone(), template),
             tokenizer,
@@ -156,7 +165,7 @@ impl Engine {
     }
 
     pub fn n_vocab(&self) -> usize {
-        self.model.config.n_vocab
+        self.runner.config().n_vocab
     }
 
     /// Render a conversation with the chat template and tokenize it.
@@ -234,10 +243,10 @@ impl Engine {
     /// `tokens` run as one fresh sequence; tells which layer first departs from a reference.
     pub fn hidden_norms(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
         let mut seq = Sequence::new();
-        self.model.set_tracing(true);
+        self.runner.set_tracing(true);
         let result = self.feed(&mut seq, tokens);
-        let norms = self.model.take_trace();
-        self.model.set_tracing(false);
+        let norms = self.runner.take_trace();
+        self.runner.set_tracing(false);
         self.release(&mut seq);
         result.map(|_| norms)
     }

@@ -34,4 +34,7 @@ pub enum EngineError {
     OutOfBlocks(String),
     #[error("{0}")]
     Invalid(String),
+    /// The device asked for cannot run the model (no such GPU, no driver, an unsupported type).
+    #[error("{0}")]
+    Device(String),
 }

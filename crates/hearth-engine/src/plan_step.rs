@@ -37,6 +37,13 @@ impl PlanLogits {
 }
 
 impl Engine {
+    /// Give a step's logits back once they are used, so the next step reuses the buffer.
+    pub fn recycle(&mut self, logits: PlanLogits) {
+        if logits.rows.capacity() > self.logits.capacity() {
+            self.logits = logits.rows;
+        }
+    }
+
     /// A scheduler that owns this engine's KV block pool. From then on the cache belongs to
     /// the scheduler's plans: [`Sequence`](crate::Sequence)-based calls find no free blocks.
     pub fn scheduler(&mut self, config: SchedulerConfig) -> Scheduler {
@@ -91,9 +98,11 @@ impl Engine {
             seqs: &seqs,
             logits_rows: &logits_rows,
         };
-        let logits = self
-            .model
-            .forward(&self.backend, &batch, &mut self.cache, BLOCK_SIZE)?;
+        let mut logits = std::mem::take(&mut self.logits);
+        if let Err(e) = self.runner.forward(&batch, BLOCK_SIZE, &mut logits) {
+            self.logits = logits;
+            return Err(e.into());
+        }
         Ok(PlanLogits {
             ids: plan
                 .seqs

@@ -205,6 +205,7 @@ fn load_error(dir: &Path) -> String {
     let opts = EngineOptions {
         n_ctx: 64,
         n_threads: 1,
+        device: common::test_device(),
         ..EngineOptions::default()
     };
     let result = Engine::load(dir, &opts);
@@ -346,6 +347,7 @@ fn llama_f16_matches_transformers_within_f16_error() {
         &EngineOptions {
             n_ctx: 1024,
             n_threads: 2,
+            device: common::test_device(),
             ..EngineOptions::default()
         },
     );
@@ -373,6 +375,7 @@ fn llama3_rope_scaling_is_checked_by_the_fixture() {
         &EngineOptions {
             n_ctx: 1024,
             n_threads: 2,
+            device: common::test_device(),
             ..EngineOptions::default()
         },
     );

@@ -107,6 +107,7 @@ fn check(
         n_ctx: 1024,
         n_kv_tokens,
         n_threads: 2,
+        device: common::test_device(),
         ..EngineOptions::default()
     };
     let mut engine = Engine::load(&path, &opts).expect("load");

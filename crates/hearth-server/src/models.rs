@@ -261,11 +261,15 @@ impl ModelManager {
         let result = tokio::task::spawn_blocking(move || {
             let engine = Engine::load(&spec.path, &options.engine).map_err(|e| e.to_string())?;
             let info = engine.info().clone();
+            if let Some(note) = &info.device_note {
+                tracing::warn!(model = %spec.name, "{note}");
+            }
             let handle = RunnerHandle::spawn(&spec.name, engine, options.runner, metrics)
                 .map_err(|e| format!("cannot start the runner thread: {e}"))?;
             tracing::info!(
                 model = %spec.name,
                 arch = %info.arch,
+                backend = %info.backend,
                 n_ctx = info.n_ctx,
                 kv_tokens = info.n_kv_tokens,
                 load_ms = info.load_time.as_millis() as u64,

@@ -88,9 +88,13 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     opts.n_ctx = opts.n_ctx.max(a.n_prompt + a.n_gen + 1);
     opts.n_batch = opts.n_batch.max(a.n_prompt);
     opts.n_kv_tokens = opts.n_ctx.max(a.parallel * (a.n_gen + 32));
+    crate::cmd::init_logging("warn");
     let t0 = Instant::now();
     let mut engine = Engine::load(&a.model, &opts)?;
     let load_s = t0.elapsed().as_secs_f64();
+    if let Some(note) = &engine.info().device_note {
+        eprintln!("note: {note}");
+    }
     let n_vocab = engine.n_vocab();
     // Warm-up: touches every weight page once, as llama-bench's warm-up run does.
     let mut seq = Sequence::new();

@@ -18,3 +18,17 @@ pub fn open_tokenizer(path: &Path) -> anyhow::Result<(GgufFile, Tokenizer)> {
         .with_context(|| format!("{}: tokenizer", path.display()))?;
     Ok((file, tok))
 }
+
+/// One line per event on standard error at `default_level` and above; `RUST_LOG` (e.g.
+/// `debug`) overrides it.
+pub fn init_logging(default_level: &str) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}

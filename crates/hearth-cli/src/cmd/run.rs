@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use hearth_engine::{Engine, EngineOptions, GenerationReport, Sequence};
+use hearth_engine::{Device, Engine, EngineOptions, GenerationReport, Sequence};
 use hearth_sampler::{Sampler, SamplingParams};
 use hearth_tokenizer::ChatMessage;
 
@@ -47,6 +47,10 @@ pub struct LoadArgs {
     /// Most prompt tokens per forward step
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
+    /// Where the model runs: auto (a CUDA GPU when one is usable, else the CPU), cpu, cuda,
+    /// cuda:N
+    #[arg(long, default_value = "auto")]
+    pub device: Device,
 }
 
 impl LoadArgs {
@@ -57,6 +61,7 @@ impl LoadArgs {
             n_threads: self.threads,
             n_batch: self.batch_size,
             template,
+            device: self.device,
         }
     }
 }
@@ -113,6 +118,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         bail!("--system has no effect with --raw (there is no chat template to put it in)");
     }
     let mut engine = Engine::load(&a.model, &a.load.options(a.template.clone()))?;
+    if let Some(note) = &engine.info().device_note {
+        eprintln!("note: {note}");
+    }
     let mut sampler = Sampler::new(params)?;
     let max_tokens = a.max_tokens.unwrap_or(usize::MAX);
     let prompt = match a.prompt.clone() {

@@ -1,9 +1,8 @@
-use std::io::IsTerminal;
 use std::net::{IpAddr, SocketAddr};
 
 use anyhow::Context;
 use clap::Args;
-use hearth_engine::EngineOptions;
+use hearth_engine::{Device, EngineOptions};
 use hearth_server::models::{KeepAlive, LoadOptions, ModelSpec};
 use hearth_server::runner::RunnerConfig;
 use hearth_server::ServeConfig;
@@ -40,6 +39,9 @@ pub struct ServeArgs {
     /// CPU threads (default: all cores)
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
+    /// Where models run: auto (a CUDA GPU when one is usable, else the CPU), cpu, cuda, cuda:N
+    #[arg(long, default_value = "auto")]
+    pub device: Device,
     /// Use a built-in chat template instead of the model's: chatml, llama3, gemma, mistral
     #[arg(long)]
     pub template: Option<String>,
@@ -53,7 +55,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    init_logging();
+    super::init_logging("info");
     let models = args
         .models
         .iter()
@@ -81,6 +83,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 n_threads: args.threads,
                 n_batch: args.max_batch_tokens,
                 template: args.template,
+                device: args.device,
             },
             runner: RunnerConfig {
                 max_batch_tokens: args.max_batch_tokens,
@@ -97,16 +100,4 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(hearth_server::serve(config))
-}
-
-/// One line per event on standard error; `RUST_LOG` (e.g. `debug`) overrides the level.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
 }

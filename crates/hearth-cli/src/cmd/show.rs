@@ -124,6 +124,7 @@ fn show_folder(a: &ShowArgs) -> anyhow::Result<()> {
     let opts = hearth_engine::EngineOptions {
         n_ctx: a.ctx_size,
         n_threads: 1,
+        device: hearth_engine::Device::Cpu,
         ..hearth_engine::EngineOptions::default()
     };
     let engine = hearth_engine::Engine::load(&a.model, &opts)?;

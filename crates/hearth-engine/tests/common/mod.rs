@@ -3,11 +3,17 @@
 
 use std::path::{Path, PathBuf};
 
-use hearth_engine::{Engine, EngineOptions};
+use hearth_engine::{Device, Engine, EngineOptions};
 
-/// The repository root.
+/// The repository root: where this crate was built from, or the working directory when the
+/// test binary runs from a copy of the repository elsewhere (a GPU machine without Rust).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if built.join("tests/fixtures").is_dir() {
+        built
+    } else {
+        std::env::current_dir().unwrap_or(built)
+    }
 }
 
 pub fn golden_dir(name: &str) -> PathBuf {
@@ -44,11 +50,23 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> T {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The device the tests run on: `$HEARTH_TEST_DEVICE` (cpu, cuda, cuda:N), else the CPU,
+/// where the goldens were made.
+pub fn test_device() -> Device {
+    match std::env::var("HEARTH_TEST_DEVICE") {
+        Ok(d) => d
+            .parse()
+            .unwrap_or_else(|e| panic!("HEARTH_TEST_DEVICE: {e}")),
+        Err(_) => Device::Cpu,
+    }
+}
+
 /// The engine as the tests use it: 2 threads (as the goldens were made), 1024-token context.
 pub fn open_engine(path: &Path) -> Engine {
     let opts = EngineOptions {
         n_ctx: 1024,
         n_threads: 2,
+        device: test_device(),
         ..EngineOptions::default()
     };
     Engine::load(path, &opts).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

@@ -141,6 +141,7 @@ impl EngineLoop {
             }
             sampled.push((id, s.token, s.stop));
         }
+        self.engine.recycle(logits);
         let finished = self.scheduler.update(&plan, &sampled);
         for &(id, _, _) in &sampled {
             let still_running = !finished.iter().any(|f| f.0 == id);

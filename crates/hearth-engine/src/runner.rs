@@ -1,0 +1,230 @@
+//! A model on the backend it runs on, with that backend's KV cache, behind one object-safe
+//! trait: the engine does not need to know which backend it drives.
+//!
+//! The device factory (`load_runner`) is the one place that names concrete backends; the CUDA
+//! one is behind the `cuda` feature and is only chosen when a GPU answers the probe.
+
+use std::sync::Arc;
+
+use hearth_backend::{cpu::CpuBackend, Backend, KvSpec};
+use hearth_models::{Batch, DecoderConfig, DecoderModel, ModelError, TensorLoader, TensorSource};
+
+use crate::EngineError;
+
+/// Which device runs the model (`--device`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Device {
+    /// The first CUDA GPU when one is usable, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    /// CUDA GPU number N.
+    Cuda(usize),
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Device::Auto),
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            _ => match s.strip_prefix("cuda:").map(str::parse) {
+                Some(Ok(n)) => Ok(Device::Cuda(n)),
+                _ => Err(format!(
+                    "unknown device '{s}' (expected auto, cpu, cuda or cuda:N)"
+                )),
+            },
+        }
+    }
+}
+
+/// What the engine needs from a loaded model, whatever backend holds it.
+pub(crate) trait ModelRunner: Send {
+    fn config(&self) -> &DecoderConfig;
+    /// One forward step; the logits go to `logits` (see [`DecoderModel::forward_into`]).
+    fn forward(
+        &mut self,
+        batch: &Batch,
+        block_size: usize,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError>;
+    fn set_tracing(&self, on: bool);
+    fn take_trace(&self) -> Vec<f32>;
+}
+
+struct Loaded<B: Backend> {
+    backend: B,
+    model: DecoderModel<B>,
+    cache: B::KvCache,
+}
+
+impl<B: Backend> ModelRunner for Loaded<B> {
+    fn config(&self) -> &DecoderConfig {
+        &self.model.config
+    }
+
+    fn forward(
+        &mut self,
+        batch: &Batch,
+        block_size: usize,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        self.model
+            .forward_into(&self.backend, batch, &mut self.cache, block_size, logits)
+    }
+
+    fn set_tracing(&self, on: bool) {
+        self.model.set_tracing(on);
+    }
+
+    fn take_trace(&self) -> Vec<f32> {
+        self.model.take_trace()
+    }
+}
+
+/// Why the GPU path was not taken.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+enum Unusable {
+    /// No usable GPU (no driver, no device, no CUDA support in this build).
+    NoGpu(String),
+    /// A GPU, but the model has something its kernels do not cover.
+    Model(String),
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unusable::NoGpu(s) | Unusable::Model(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A loaded runner and what to tell the user about where it runs.
+pub(crate) struct LoadedRunner {
+    pub runner: Box<dyn ModelRunner>,
+    /// The backend's name ("cpu (avx512-vnni, 2 threads)", "cuda:0 (NVIDIA H100 ...)").
+    pub backend: String,
+    /// CPU threads the backend runs on (0 for a GPU backend).
+    pub n_threads: usize,
+    /// Why `--device auto` found a GPU but could not use it; printed once.
+    pub note: Option<String>,
+}
+
+fn load_on<B: Backend + 'static>(
+    backend: B,
+    config: DecoderConfig,
+    tensors: Arc<dyn TensorSource>,
+    kv_spec: &KvSpec,
+) -> Result<Loaded<B>, EngineError> {
+    let loader = TensorLoader::from_source(tensors, &backend);
+    let model = DecoderModel::load(config, &loader).map_err(EngineError::Run)?;
+    let cache = backend.new_kv_cache(kv_spec)?;
+    Ok(Loaded {
+        backend,
+        model,
+        cache,
+    })
+}
+
+/// Load the model on the device asked for. An explicit `cuda` request fails with the reason;
+/// `auto` falls back to the CPU and says why in `note`.
+pub(crate) fn load_runner(
+    device: Device,
+    n_threads: usize,
+    config: DecoderConfig,
+    tensors: Arc<dyn TensorSource>,
+    kv_spec: &KvSpec,
+) -> Result<LoadedRunner, EngineError> {
+    let note = match device {
+        Device::Cpu => None,
+        Device::Cuda(n) => {
+            return gpu::load(n, config, tensors, kv_spec)?
+                .map_err(|why| EngineError::Device(why.to_string()));
+        }
+        Device::Auto => match gpu::load(0, config.clone(), tensors.clone(), kv_spec)? {
+            Ok(runner) => return Ok(runner),
+            // No GPU at all is the normal case on most machines: nothing to say.
+            Err(Unusable::NoGpu(_)) => None,
+            Err(Unusable::Model(why)) => Some(format!("{why}; running on the CPU")),
+        },
+    };
+    let backend = CpuBackend::new(n_threads)?;
+    let (name, n_threads) = (backend.name(), backend.n_threads());
+    let loaded = load_on(backend, config, tensors, kv_spec)?;
+    Ok(LoadedRunner {
+        runner: Box::new(loaded),
+        backend: name,
+        n_threads,
+        note,
+    })
+}
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use super::*;
+
+    /// `Ok(Err(why))` when there is no usable GPU number `ordinal` (or the model cannot run on
+    /// it); `Err` for a model that failed to load for any other reason.
+    pub(super) fn load(
+        ordinal: usize,
+        config: DecoderConfig,
+        tensors: Arc<dyn TensorSource>,
+        kv_spec: &KvSpec,
+    ) -> Result<Result<LoadedRunner, Unusable>, EngineError> {
+        let backend = match hearth_cuda::CudaBackend::open(ordinal) {
+            Ok(b) => b,
+            Err(e) => return Ok(Err(Unusable::NoGpu(format!("CUDA device {ordinal}: {e}")))),
+        };
+        let name = backend.name();
+        match load_on(backend, config, tensors, kv_spec) {
+            Ok(loaded) => Ok(Ok(LoadedRunner {
+                runner: Box::new(loaded),
+                backend: name,
+                n_threads: 0,
+                note: None,
+            })),
+            // A weight type or shape the GPU kernels do not cover: say which, fall back.
+            Err(EngineError::Run(ModelError::Backend(e))) | Err(EngineError::Backend(e)) => {
+                Ok(Err(Unusable::Model(format!(
+                    "{name} cannot run this model: {e}"
+                ))))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+mod gpu {
+    use super::*;
+
+    pub(super) fn load(
+        _ordinal: usize,
+        _config: DecoderConfig,
+        _tensors: Arc<dyn TensorSource>,
+        _kv_spec: &KvSpec,
+    ) -> Result<Result<LoadedRunner, Unusable>, EngineError> {
+        Ok(Err(Unusable::NoGpu(
+            "this build of hearth has no CUDA support".into(),
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Device;
+
+    #[test]
+    fn device_names_parse() {
+        assert_eq!("auto".parse(), Ok(Device::Auto));
+        assert_eq!("cpu".parse(), Ok(Device::Cpu));
+        assert_eq!("cuda".parse(), Ok(Device::Cuda(0)));
+        assert_eq!("cuda:1".parse(), Ok(Device::Cuda(1)));
+        for bad in ["gpu", "cuda:", "cuda:x", "CUDA"] {
+            let err = bad.parse::<Device>().unwrap_err();
+            assert!(err.contains(bad), "{err}");
+        }
+    }
+}
