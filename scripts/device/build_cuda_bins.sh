@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the CUDA conformance binary and the hearth-cuda test binaries in release mode and
+# Builds hearth, the CUDA conformance binary, the hearth-cuda test binaries and the engine's
+# GPU-relevant test binaries in release mode and
 # stages them in .device-bin/ (ignored by git through .git/info/exclude), to be carried to the
 # GPU machine, which has no Rust toolchain. Run from the repository root.
 set -euo pipefail
@@ -8,12 +9,16 @@ exclude=.git/info/exclude
 grep -qxF '/.device-bin/' "$exclude" || echo '/.device-bin/' >>"$exclude"
 
 cargo build --release -p hearth-cuda --bin cuda-conformance
-tests_json=$(cargo test --release -p hearth-cuda --no-run --message-format=json 2>/dev/null)
+cargo build --release -p hearth-cli
+tests_json=$(cargo test --release -p hearth-cuda -p hearth-engine --no-run \
+  --message-format=json 2>/dev/null)
 target_dir=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 
-rm -rf .device-bin && mkdir -p .device-bin
-cp "$target_dir/release/cuda-conformance" .device-bin/
+# Only what this script stages is replaced: other carried files stay.
+mkdir -p .device-bin
+rm -f .device-bin/test-* .device-bin/cuda-conformance .device-bin/hearth
+cp "$target_dir/release/cuda-conformance" "$target_dir/release/hearth" .device-bin/
 # One executable per test target: the library's unit tests and tests/gpu.rs.
 echo "$tests_json" | python3 -c '
 import json, shutil, sys
@@ -21,11 +26,18 @@ for line in sys.stdin:
     msg = json.loads(line)
     exe = msg.get("executable")
     kind = msg.get("target", {}).get("kind", [""])[0]
+    pkg = msg.get("package_id", "")
     if msg.get("reason") == "compiler-artifact" and exe and kind in ("lib", "test"):
         name = msg["target"]["name"]
-        dest = ".device-bin/test-" + ("unit" if kind == "lib" else name)
+        if "hearth-engine" in pkg:
+            # The engine tests that need no downloaded model.
+            if name not in ("cuda_vs_cpu", "hf_folder"):
+                continue
+            dest = ".device-bin/test-engine-" + name
+        else:
+            dest = ".device-bin/test-" + ("unit" if kind == "lib" else name)
         shutil.copy(exe, dest)
         print("staged", dest)
 '
-strip .device-bin/* 2>/dev/null || true
+strip .device-bin/hearth .device-bin/cuda-conformance .device-bin/test-* 2>/dev/null || true
 ls -la .device-bin
