@@ -177,6 +177,18 @@ fn prompt_longer_than_the_context() {
     assert_one_line_error(&out, "context");
 }
 
+/// A GPU that does not exist (here or on any machine) is an error naming it, not a panic and not
+/// a silent fallback to the CPU; a device name hearth does not know is named too.
+#[test]
+fn a_missing_gpu_is_named() {
+    let m = smollm2();
+    let out = hearth(&["run", s(&m), "--raw", "--device", "cuda:99", "-n", "1", "hi"]);
+    assert_one_line_error(&out, "CUDA device 99");
+    let out = hearth(&["run", s(&m), "--device", "gpu", "hi"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("unknown device 'gpu'"), "{err}");
+}
+
 #[test]
 fn bad_flags_are_named() {
     let m = smollm2();
