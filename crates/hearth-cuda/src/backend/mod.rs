@@ -5,9 +5,13 @@
 //! per-forward arena, and decode steps are recorded once as CUDA graphs and replayed
 //! (`state.rs` explains the modes).
 
+mod attention;
+mod forward;
 mod launch;
 mod memory;
+mod staging;
 mod state;
+mod upload;
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -19,15 +23,13 @@ use hearth_backend::{
 };
 use hearth_quant::GgmlType;
 
-use crate::device::WEIGHT_PADDING;
 use crate::error::driver;
 use crate::{CudaDevice, CudaError, KernelCache};
 use launch::Arg;
 use memory::{device_address, Pinned};
-use state::{Mode, StageKey, State};
+use staging::{key_of, PINNED_START};
+use state::{Mode, State};
 
-/// Pinned staging bytes at start; grows when a step needs more.
-const PINNED_START: usize = 1 << 20;
 /// cuBLAS workspace: set explicitly so that cuBLAS never allocates inside a graph recording.
 const BLAS_WORKSPACE: usize = 32 << 20;
 
@@ -149,62 +151,6 @@ impl CudaBackend {
             .alloc(self.dev.stream(), rows * cols * 4, may_grow)?;
         Ok(CudaTensor { ptr, rows, cols })
     }
-
-    /// Copies host bytes to the device through pinned memory and returns their device address.
-    /// `key`: an array staged again in the same pass reuses the first copy.
-    fn stage(&self, st: &mut State, key: Option<StageKey>, bytes: &[u8]) -> Result<u64, CudaError> {
-        if let Some(k) = key {
-            if let Some(&(_, dev)) = st.staged.iter().find(|(s, _)| *s == k) {
-                return Ok(dev);
-            }
-        }
-        let may_grow = st.mode == Mode::Eager;
-        let dev = st.arena.alloc(self.dev.stream(), bytes.len(), may_grow)?;
-        if st.pinned.push(bytes).is_none() {
-            if !may_grow {
-                return Err(CudaError::Driver {
-                    during: "graph recording",
-                    message: "the step stages more host data than the last one".into(),
-                });
-            }
-            // Copies queued from the old buffer must finish before it goes.
-            self.dev.synchronize()?;
-            let len = (st.pinned.capacity() * 2).max(bytes.len() * 2);
-            st.pinned = Pinned::new(self.dev.context(), len)?;
-            st.drop_graphs();
-        }
-        let src = st.pinned.push(bytes).ok_or_else(|| CudaError::Driver {
-            during: "staging",
-            message: "pinned buffer too small after growing".into(),
-        })?;
-        if st.mode.launches() {
-            // SAFETY: `src` is page-locked and stays untouched until the pass ends (the next
-            // pass synchronizes before reusing it); `dev` holds `bytes.len()` bytes.
-            unsafe { result::memcpy_htod_async(dev, src, self.dev.stream().cu_stream()) }
-                .map_err(driver("staging copy"))?;
-        }
-        if let Some(k) = key {
-            st.staged.push((k, dev));
-        }
-        Ok(dev)
-    }
-
-    fn stage_u32(
-        &self,
-        st: &mut State,
-        key: Option<StageKey>,
-        values: &[u32],
-    ) -> Result<u64, CudaError> {
-        self.stage(st, key, bytemuck::cast_slice(values))
-    }
-}
-
-fn key_of<T>(s: &[T], what: &'static str) -> Option<StageKey> {
-    Some(StageKey {
-        ptr: s.as_ptr() as usize,
-        len: s.len(),
-        what,
-    })
 }
 
 fn check_matmul(w: &CudaWeight, x: &CudaTensor, out: &CudaTensor) -> Result<(), BackendError> {
@@ -238,111 +184,19 @@ impl Backend for CudaBackend {
     }
 
     fn begin_forward(&self, key: Option<u64>) {
-        let Ok(mut st) = self.state() else {
-            return;
-        };
-        let _ = self.dev.context().bind_to_thread();
-        // A pass that failed while recording left the capture open: close and discard it.
-        if let Mode::Record(k) = st.mode {
-            let _ = self
-                .dev
-                .stream()
-                .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
-            st.unrecordable.insert(k);
-        }
-        // The last pass may have ended without reading anything back (a prompt chunk that
-        // wants no logits): its copies must finish before the staging buffer is reused.
-        let _ = self.dev.synchronize();
-        st.arena.reset();
-        st.pinned.reset();
-        st.staged.clear();
-        st.mode = st.mode_for(key);
-        if let Mode::Record(k) = st.mode {
-            let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-            if let Err(e) = self.dev.stream().begin_capture(mode) {
-                tracing::warn!(batch = k, "cannot record decode steps: {e:?}");
-                st.unrecordable.insert(k);
-                st.mode = Mode::Eager;
-            }
-        }
+        self.start_forward(key);
     }
 
     fn load_weight(&self, w: HostWeight) -> Result<CudaWeight, BackendError> {
-        let bad = |reason: String| BackendError::BadWeight {
-            name: w.name.clone(),
-            reason,
-        };
-        let expected =
-            w.ty.bytes_for(w.cols as u64)
-                .and_then(|b| b.checked_mul(w.rows as u64))
-                .ok_or_else(|| {
-                    bad(format!(
-                        "{} columns is not a whole number of {} blocks",
-                        w.cols, w.ty
-                    ))
-                })?;
-        let bytes = w.data.bytes();
-        if bytes.len() as u64 != expected {
-            return Err(bad(format!(
-                "holds {} bytes, its shape and type need {expected}",
-                bytes.len()
-            )));
-        }
-        if !launch::dequant_supported(w.ty) {
-            return Err(bad(format!("type {} has no CUDA kernels", w.ty)));
-        }
-        // Vectors (norm weights) are used as f32; matrices stay in their block layout.
-        let (ty, upload): (GgmlType, Vec<u8>) = if w.rows == 1 {
-            let mut v = vec![0f32; w.cols];
-            hearth_quant::dequantize_row(w.ty, bytes, &mut v).map_err(|e| bad(e.to_string()))?;
-            (GgmlType::F32, bytemuck::cast_slice(&v).to_vec())
-        } else {
-            (w.ty, Vec::new())
-        };
-        let host: &[u8] = if w.rows == 1 { &upload } else { bytes };
-        let stream = self.dev.stream();
-        let mut buf = stream
-            .alloc_zeros::<u8>(host.len() + WEIGHT_PADDING)
-            .map_err(|e| BackendError::OutOfMemory(format!("weight {}: {e:?}", w.name)))?;
-        stream
-            .memcpy_htod(host, &mut buf.slice_mut(..host.len()))
-            .map_err(|e| BackendError::Device(format!("weight {} upload: {e:?}", w.name)))?;
-        let ptr = device_address(&buf, stream);
-        Ok(CudaWeight {
-            name: w.name,
-            ty,
-            rows: w.rows,
-            cols: w.cols,
-            ptr,
-            _buf: buf,
-        })
+        self.upload_weight(w)
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> Result<CudaKvCache, BackendError> {
-        let n_slots = spec.n_blocks * spec.block_size;
-        let stream = self.dev.stream();
-        let mut bufs = Vec::new();
-        let mut layers = Vec::new();
-        for &d in &spec.kv_dims {
-            let oom = |e| {
-                BackendError::OutOfMemory(format!(
-                    "KV cache needs {} MiB: {e:?}",
-                    spec.bytes_f16() >> 20
-                ))
-            };
-            let k = stream.alloc_zeros::<u16>(n_slots * d).map_err(oom)?;
-            let v = stream.alloc_zeros::<u16>(n_slots * d).map_err(oom)?;
-            layers.push((device_address(&k, stream), device_address(&v, stream)));
-            bufs.push(k);
-            bufs.push(v);
-        }
-        Ok(CudaKvCache {
-            layers,
-            _bufs: bufs,
-            kv_dims: spec.kv_dims.clone(),
-            block_size: spec.block_size,
-            n_blocks: spec.n_blocks,
-        })
+        self.alloc_kv_cache(spec)
+    }
+
+    fn to_host_into(&self, t: &CudaTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        self.read_back(t, out)
     }
 
     fn alloc(&self, rows: usize, cols: usize) -> Result<CudaTensor, BackendError> {
@@ -363,61 +217,6 @@ impl Backend for CudaBackend {
         let mut out = Vec::new();
         self.to_host_into(t, &mut out)?;
         Ok(out)
-    }
-
-    fn to_host_into(&self, t: &CudaTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
-        let mut st = self.state()?;
-        let stream = self.dev.stream();
-        match st.mode {
-            Mode::Eager => {}
-            Mode::Record(k) => {
-                st.mode = Mode::Eager;
-                let flags = cudarc::driver::sys::CUgraphInstantiate_flags(0);
-                match stream.end_capture(flags) {
-                    Ok(Some(g)) => {
-                        tracing::debug!(batch = k, "decode step recorded as a CUDA graph");
-                        st.graphs.insert(k, state::Graph(g));
-                    }
-                    other => {
-                        let why = match other {
-                            Err(e) => format!("{e:?}"),
-                            _ => "the capture was empty".into(),
-                        };
-                        tracing::warn!(batch = k, "recording a decode step failed: {why}");
-                        st.unrecordable.insert(k);
-                        return Err(BackendError::Device(format!(
-                            "recording a decode step failed ({why}); later steps run op by op"
-                        )));
-                    }
-                }
-                launch_graph(&st, k)?;
-            }
-            Mode::Replay(k) => {
-                st.mode = Mode::Eager;
-                launch_graph(&st, k)?;
-            }
-        }
-        out.clear();
-        out.reserve(t.len());
-        // NOTE: straight into the vector's spare capacity: clearing tens of MB first would cost
-        // as much as the copy.
-        let spare = &mut out.spare_capacity_mut()[..t.len()];
-        // SAFETY: `t` lies in the arena and holds `t.len()` f32, `spare` has room for as many;
-        // the copy is waited for before the length is set.
-        unsafe {
-            cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
-                spare.as_mut_ptr() as *mut std::ffi::c_void,
-                t.ptr,
-                t.len() * 4,
-                stream.cu_stream(),
-            )
-        }
-        .result()
-        .map_err(|e| BackendError::Device(format!("read back: {e:?}")))?;
-        self.dev.synchronize()?;
-        // SAFETY: the first t.len() values were written by the completed copy.
-        unsafe { out.set_len(t.len()) };
-        Ok(())
     }
 
     fn copy(&self, t: &CudaTensor) -> Result<CudaTensor, BackendError> {
@@ -758,15 +557,6 @@ fn rope_theta_scale(rope: &RopeSpec) -> f32 {
 }
 
 impl CudaBackend {
-    /// The device address of the rope frequency divisors (0 when there are none).
-    fn stage_rope_factors(&self, st: &mut State, rope: &RopeSpec) -> Result<u64, CudaError> {
-        if rope.freq_factors.is_empty() {
-            return Ok(0);
-        }
-        let k = key_of(&rope.freq_factors, "rope factors");
-        self.stage(st, k, bytemuck::cast_slice(&rope.freq_factors))
-    }
-
     /// `out = rms_norm(x)` per group of `group` values (`out` may be `x`).
     fn launch_norm(
         &self,
@@ -798,13 +588,4 @@ impl CudaBackend {
         self.launch(st, "rms_norm_groups", (n_groups, 1), threads, &args)?;
         Ok(())
     }
-}
-
-fn launch_graph(st: &State, key: u64) -> Result<(), BackendError> {
-    let g = st
-        .graphs
-        .get(&key)
-        .ok_or_else(|| BackendError::Device("recorded decode step missing".into()))?;
-    g.0.launch()
-        .map_err(|e| BackendError::Device(format!("graph launch: {e:?}")))
 }

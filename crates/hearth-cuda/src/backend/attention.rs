@@ -1,0 +1,138 @@
+//! Paged attention launches: the batch's sequences, positions and block tables as the kernels
+//! read them (kernels/model.cu), the KV write, then attention.
+
+use hearth_backend::{AttnBatch, AttnParams, BackendError};
+
+use super::launch::Arg;
+use super::staging::key_of;
+use super::state::State;
+use super::{CudaBackend, CudaKvCache, CudaTensor};
+
+impl CudaBackend {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_attention(
+        &self,
+        st: &mut State,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        cache: &CudaKvCache,
+        layer: usize,
+        batch: &AttnBatch,
+        p: &AttnParams,
+        out: &CudaTensor,
+    ) -> Result<(), BackendError> {
+        let (hd, kv_dim, q_dim) = (
+            p.head_dim,
+            p.n_kv_heads * p.head_dim,
+            p.n_heads * p.head_dim,
+        );
+        let n = q.rows;
+        // The kernel whose per-lane share covers the head (lanes past head_dim sit idle).
+        let name = match hd {
+            1..=32 => "attention_hd32",
+            33..=64 => "attention_hd64",
+            65..=128 => "attention_hd128",
+            129..=256 => "attention_hd256",
+            _ => {
+                return Err(BackendError::Unsupported(format!(
+                    "CUDA attention has no kernel for head size {hd}"
+                )))
+            }
+        };
+        let shapes_ok = cache.kv_dims.get(layer) == Some(&kv_dim)
+            && batch.block_size == cache.block_size
+            && p.n_kv_heads > 0
+            && p.n_heads.is_multiple_of(p.n_kv_heads)
+            && (q.cols, k.cols, v.cols, out.cols) == (q_dim, kv_dim, kv_dim, q_dim)
+            && k.rows == n
+            && v.rows == n
+            && out.rows == n;
+        if !shapes_ok {
+            return Err(BackendError::Unsupported(format!(
+                "layer {layer}: attention operands do not match the KV cache and parameters"
+            )));
+        }
+        let stride = cache.n_blocks;
+        let meta = batch_metadata(batch, n, stride)?;
+        let base = self.stage_u32(st, key_of(batch.seqs, "attention batch"), &meta)?;
+        let (n_seqs, n32) = (batch.seqs.len() as u64, n as u64);
+        let (tok_seq, tok_pos) = (base, base + 4 * n32);
+        let (seq_table, tables) = (base + 8 * n32, base + 8 * n32 + 4 * n_seqs);
+        let (kc, vc) = cache.layers[layer];
+        let bs = cache.block_size as i32;
+        self.launch(
+            st,
+            "kv_write",
+            (n as u32, 1),
+            256,
+            &[
+                Arg::P(k.ptr),
+                Arg::P(v.ptr),
+                Arg::P(kc),
+                Arg::P(vc),
+                Arg::P(tok_seq),
+                Arg::P(tok_pos),
+                Arg::P(seq_table),
+                Arg::P(tables),
+                Arg::I(kv_dim as i32),
+                Arg::I(bs),
+            ],
+        )?;
+        self.launch(
+            st,
+            name,
+            (p.n_heads as u32, n as u32),
+            128,
+            &[
+                Arg::P(q.ptr),
+                Arg::P(kc),
+                Arg::P(vc),
+                Arg::P(out.ptr),
+                Arg::P(tok_seq),
+                Arg::P(tok_pos),
+                Arg::P(seq_table),
+                Arg::P(tables),
+                Arg::I(p.n_heads as i32),
+                Arg::I(p.n_kv_heads as i32),
+                Arg::I(hd as i32),
+                Arg::I(bs),
+                Arg::F(p.scale),
+                Arg::I(p.window.map_or(0, |w| w as i32)),
+                Arg::F(p.softcap.unwrap_or(0.0)),
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// The batch as the attention kernels read it (kernels/model.cu): token → sequence, token →
+/// position, sequence → offset of its block table, then the tables, each in a slot of
+/// `stride` entries (the cache's block count, which bounds any table). The fixed slots keep
+/// the size of this data the same from one decode step to the next, as a replayed graph needs.
+fn batch_metadata(
+    batch: &AttnBatch,
+    n_tokens: usize,
+    stride: usize,
+) -> Result<Vec<u32>, BackendError> {
+    let n_seqs = batch.seqs.len();
+    let mut meta = vec![0u32; 2 * n_tokens + n_seqs + n_seqs * stride];
+    for (i, s) in batch.seqs.iter().enumerate() {
+        if s.token_start + s.n_tokens > n_tokens
+            || (s.first_pos + s.n_tokens).div_ceil(batch.block_size) > s.block_table.len()
+            || s.block_table.len() > stride
+        {
+            return Err(BackendError::Unsupported(format!(
+                "sequence {i} of the batch does not fit its rows or block table"
+            )));
+        }
+        for t in 0..s.n_tokens {
+            meta[s.token_start + t] = i as u32;
+            meta[n_tokens + s.token_start + t] = (s.first_pos + t) as u32;
+        }
+        meta[2 * n_tokens + i] = (i * stride) as u32;
+        let start = 2 * n_tokens + n_seqs + i * stride;
+        meta[start..start + s.block_table.len()].copy_from_slice(s.block_table);
+    }
+    Ok(meta)
+}

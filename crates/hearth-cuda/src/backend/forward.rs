@@ -1,0 +1,103 @@
+//! The start and end of a forward pass: choosing eager, record or replay mode (`state.rs`),
+//! and reading the result back, which ends a recording and launches the graph.
+
+use hearth_backend::BackendError;
+
+use super::state::{self, Mode, State};
+use super::{CudaBackend, CudaTensor};
+
+impl CudaBackend {
+    pub(super) fn start_forward(&self, key: Option<u64>) {
+        let Ok(mut st) = self.state() else {
+            return;
+        };
+        let _ = self.dev.context().bind_to_thread();
+        // A pass that failed while recording left the capture open: close and discard it.
+        if let Mode::Record(k) = st.mode {
+            let _ = self
+                .dev
+                .stream()
+                .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
+            st.unrecordable.insert(k);
+        }
+        // The last pass may have ended without reading anything back (a prompt chunk that
+        // wants no logits): its copies must finish before the staging buffer is reused.
+        let _ = self.dev.synchronize();
+        st.arena.reset();
+        st.pinned.reset();
+        st.staged.clear();
+        st.mode = st.mode_for(key);
+        if let Mode::Record(k) = st.mode {
+            let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+            if let Err(e) = self.dev.stream().begin_capture(mode) {
+                tracing::warn!(batch = k, "cannot record decode steps: {e:?}");
+                st.unrecordable.insert(k);
+                st.mode = Mode::Eager;
+            }
+        }
+    }
+
+    pub(super) fn read_back(&self, t: &CudaTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        let mut st = self.state()?;
+        let stream = self.dev.stream();
+        match st.mode {
+            Mode::Eager => {}
+            Mode::Record(k) => {
+                st.mode = Mode::Eager;
+                let flags = cudarc::driver::sys::CUgraphInstantiate_flags(0);
+                match stream.end_capture(flags) {
+                    Ok(Some(g)) => {
+                        tracing::debug!(batch = k, "decode step recorded as a CUDA graph");
+                        st.graphs.insert(k, state::Graph(g));
+                    }
+                    other => {
+                        let why = match other {
+                            Err(e) => format!("{e:?}"),
+                            _ => "the capture was empty".into(),
+                        };
+                        tracing::warn!(batch = k, "recording a decode step failed: {why}");
+                        st.unrecordable.insert(k);
+                        return Err(BackendError::Device(format!(
+                            "recording a decode step failed ({why}); later steps run op by op"
+                        )));
+                    }
+                }
+                launch_graph(&st, k)?;
+            }
+            Mode::Replay(k) => {
+                st.mode = Mode::Eager;
+                launch_graph(&st, k)?;
+            }
+        }
+        out.clear();
+        out.reserve(t.len());
+        // NOTE: straight into the vector's spare capacity: clearing tens of MB first would cost
+        // as much as the copy.
+        let spare = &mut out.spare_capacity_mut()[..t.len()];
+        // SAFETY: `t` lies in the arena and holds `t.len()` f32, `spare` has room for as many;
+        // the copy is waited for before the length is set.
+        unsafe {
+            cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
+                spare.as_mut_ptr() as *mut std::ffi::c_void,
+                t.ptr,
+                t.len() * 4,
+                stream.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| BackendError::Device(format!("read back: {e:?}")))?;
+        self.dev.synchronize()?;
+        // SAFETY: the first t.len() values were written by the completed copy.
+        unsafe { out.set_len(t.len()) };
+        Ok(())
+    }
+}
+
+fn launch_graph(st: &State, key: u64) -> Result<(), BackendError> {
+    let g = st
+        .graphs
+        .get(&key)
+        .ok_or_else(|| BackendError::Device("recorded decode step missing".into()))?;
+    g.0.launch()
+        .map_err(|e| BackendError::Device(format!("graph launch: {e:?}")))
+}
