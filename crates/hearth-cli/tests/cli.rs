@@ -182,11 +182,23 @@ fn prompt_longer_than_the_context() {
 #[test]
 fn a_missing_gpu_is_named() {
     let m = smollm2();
-    let out = hearth(&["run", s(&m), "--raw", "--device", "cuda:99", "-n", "1", "hi"]);
+    let out = hearth(&[
+        "run",
+        s(&m),
+        "--raw",
+        "--device",
+        "cuda:99",
+        "-n",
+        "1",
+        "hi",
+    ]);
     assert_one_line_error(&out, "CUDA device 99");
     let out = hearth(&["run", s(&m), "--device", "gpu", "hi"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("unknown device 'gpu'"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("unknown device 'gpu'"),
+        "{err}"
+    );
 }
 
 #[test]
