@@ -51,6 +51,20 @@ for preset in $MODELS; do
     RUST_LOG=warn,hearth_cuda=debug "$bin/hearth" bench "$m" --device cuda -p 512 -n 128 -r 3 2>&1 | tee "$out/bench-$preset-$q.txt"
     "$bin/hearth" bench "$m" --device cuda -p 128 -n 128 -r 1 --parallel 64 2>&1 |
       tee "$out/bench-$preset-$q-par64.txt"
+    echo "== $preset $q: time to first token (one 32-token prompt step)"
+    "$bin/hearth" bench "$m" --device cuda -p 32 -n 0 -r 10 2>&1 | grep pp32
+    echo "== $preset $q: GPU memory while serving (weights $(stat -c %s "$m") bytes)"
+    "$bin/hearth" serve --model "$m" --device cuda --port 18123 --ctx-size 4096 \
+      >"$out/serve-$preset-$q.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 60); do
+      curl -sf http://127.0.0.1:18123/health >/dev/null 2>&1 && break
+      sleep 0.5
+    done
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
+    grep -o 'kv_tokens=[0-9]*' "$out/serve-$preset-$q.log" | head -1
+    kill "$pid"
+    wait "$pid" 2>/dev/null
   done
 done
 echo "== exit status $status"
