@@ -25,6 +25,9 @@ __device__ __forceinline__ u16 f32_to_half(float f) {
     return h;
 }
 
+// v rounded to the nearest f16 value.
+__device__ __forceinline__ float round_f16(float v) { return half_to_f32(f32_to_half(v)); }
+
 // Reads the little-endian f16 at `p` (2-byte aligned) as f32.
 __device__ __forceinline__ float load_half(const u8* p) {
     return half_to_f32(*reinterpret_cast<const u16*>(p));

@@ -152,9 +152,8 @@ __device__ __forceinline__ float glu_act(float g, int gelu) {
     if (!gelu) return g / (1.0f + expf(-g));
     if (g <= -10.f) return 0.f;
     if (g >= 10.f) return g;
-    const float x = half_to_f32(f32_to_half(g));
-    return half_to_f32(
-        f32_to_half(0.5f * x * (1.0f + tanhf(0.7978846f * x * (1.0f + 0.044715f * x * x)))));
+    const float x = round_f16(g);
+    return round_f16(0.5f * x * (1.0f + tanhf(0.7978846f * x * (1.0f + 0.044715f * x * x))));
 }
 
 // Plain modes: a warp computes rows row0, row0+1 of w. GLU modes: a warp computes row r of w

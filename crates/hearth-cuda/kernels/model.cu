@@ -9,26 +9,32 @@
 
 // y[g] = x[g] / sqrt(mean(x[g]^2) + eps) * w for each group g of `group` values (y may be x).
 // Grid: one block per group.
+// Sum of `v` over the whole thread block in double precision (as the CPU backend sums squares
+// for RMSNorm); every thread gets it. All threads of the block must call it.
+__device__ __forceinline__ double block_sum_f64(double v) {
+    __shared__ double partial[WARP_SIZE];
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x / WARP_SIZE) ? partial[lane] : 0.0;
+#pragma unroll
+        for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+        if (lane == 0) partial[0] = v;
+    }
+    __syncthreads();
+    return partial[0];
+}
+
 extern "C" __global__ void rms_norm_groups(const float* x, const float* __restrict__ w, float* y,
                                            int group, float eps) {
-    __shared__ double partial[WARP_SIZE];
     const float* g = x + (size_t)blockIdx.x * group;
     float* out = y + (size_t)blockIdx.x * group;
     double ss = 0.0;
     for (int i = threadIdx.x; i < group; i += blockDim.x) ss += (double)g[i] * (double)g[i];
-#pragma unroll
-    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL_MASK, ss, o);
-    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    if (lane == 0) partial[warp] = ss;
-    __syncthreads();
-    if (warp == 0) {
-        ss = lane < (int)(blockDim.x / WARP_SIZE) ? partial[lane] : 0.0;
-#pragma unroll
-        for (int o = WARP_SIZE / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL_MASK, ss, o);
-        if (lane == 0) partial[0] = ss;
-    }
-    __syncthreads();
-    const float mean = (float)(partial[0] / (double)group);
+    const float mean = (float)(block_sum_f64(ss) / (double)group);
     const float scale = 1.0f / sqrtf(mean + eps);
     for (int i = threadIdx.x; i < group; i += blockDim.x) out[i] = g[i] * scale * w[i];
 }
@@ -57,8 +63,6 @@ extern "C" __global__ void rope_rows(float* x, const u32* positions, int cols, i
         head[b] = x0 * s + x1 * c;
     }
 }
-
-__device__ __forceinline__ float round_f16(float v) { return half_to_f32(f32_to_half(v)); }
 
 // gate = act(gate) * up (glu_act in gemv.cu: SiLU, or GELU as ggml's CPU table computes it).
 extern "C" __global__ void glu(float* gate, const float* __restrict__ up, int n, int act) {
@@ -234,7 +238,6 @@ extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, con
                                         const u32* positions, int n_q_heads, int n_k_heads,
                                         int head_dim, float eps, int n_rot, float theta_scale,
                                         float freq_scale, const float* factors, int neox) {
-    __shared__ double partial[WARP_SIZE];
     __shared__ float head[256];
     const int t = blockIdx.y, hi = blockIdx.x;
     const bool is_q = hi < n_q_heads;
@@ -245,20 +248,8 @@ extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, con
     const float v = i < head_dim ? row[i] : 0.f;
     float scale = 1.f;
     if (norm) {
-        double ss = (double)v * (double)v;
-#pragma unroll
-        for (int o = WARP_SIZE / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL_MASK, ss, o);
-        const int lane = i % WARP_SIZE, warp = i / WARP_SIZE;
-        if (lane == 0) partial[warp] = ss;
-        __syncthreads();
-        if (warp == 0) {
-            ss = lane < (int)(blockDim.x / WARP_SIZE) ? partial[lane] : 0.0;
-#pragma unroll
-            for (int o = WARP_SIZE / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL_MASK, ss, o);
-            if (lane == 0) partial[0] = ss;
-        }
-        __syncthreads();
-        scale = 1.0f / sqrtf((float)(partial[0] / (double)head_dim) + eps);
+        const double ss = block_sum_f64((double)v * (double)v);
+        scale = 1.0f / sqrtf((float)(ss / (double)head_dim) + eps);
     }
     if (i < head_dim) head[i] = norm ? v * scale * norm[i] : v;
     __syncthreads();

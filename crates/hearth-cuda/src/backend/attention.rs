@@ -53,9 +53,15 @@ impl CudaBackend {
                 "layer {layer}: attention operands do not match the KV cache and parameters"
             )));
         }
-        let stride = cache.n_blocks;
-        let meta = batch_metadata(batch, n, stride)?;
-        let base = self.stage_u32(st, key_of(batch.seqs, "attention batch"), &meta)?;
+        // Every layer gets the same batch: build and stage its description once per pass.
+        let key = key_of(batch.seqs, "attention batch");
+        let base = match key.and_then(|k| st.staged_at(k)) {
+            Some(dev) => dev,
+            None => {
+                let meta = batch_metadata(batch, n, cache.n_blocks)?;
+                self.stage_u32(st, key, &meta)?
+            }
+        };
         let (n_seqs, n32) = (batch.seqs.len() as u64, n as u64);
         let (tok_seq, tok_pos) = (base, base + 4 * n32);
         let (seq_table, tables) = (base + 8 * n32, base + 8 * n32 + 4 * n_seqs);

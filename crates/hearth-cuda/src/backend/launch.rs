@@ -28,25 +28,10 @@ fn fused_gemv(ty: GgmlType, cols: usize) -> Option<&'static str> {
     ok.then(|| crate::ops::gemv_kernel_name(ty)).flatten()
 }
 
-/// Weight types the element-wise dequantizer (kernels/dequant.cu) reads.
+/// Weight types the element-wise dequantizer (kernels/dequant.cu) reads: those the CPU
+/// dequantizes, less Q8_K (an activation format, never a stored weight).
 pub(super) fn dequant_supported(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(
-        ty,
-        F32 | F16
-            | BF16
-            | Q4_0
-            | Q4_1
-            | Q5_0
-            | Q5_1
-            | Q8_0
-            | Q2_K
-            | Q3_K
-            | Q4_K
-            | Q5_K
-            | Q6_K
-            | IQ4_NL
-    )
+    hearth_quant::supports_dequantize(ty) && ty != GgmlType::Q8_K
 }
 
 pub(super) fn elementwise_blocks(n: usize) -> u32 {
@@ -108,14 +93,17 @@ impl CudaBackend {
         args: &[Arg],
         n: usize,
     ) -> Result<(), CudaError> {
-        let mut all: Vec<Arg> = args.to_vec();
-        all.push(Arg::I(n as i32));
+        // The arguments, then n, without allocating (this runs for every element-wise op).
+        let mut all = [Arg::I(0); 4];
+        all[..args.len()].copy_from_slice(args);
+        all[args.len()] = Arg::I(n as i32);
+        let all = &all[..=args.len()];
         self.launch(
             st,
             name,
             (elementwise_blocks(n), 1),
             ELEMENTWISE_THREADS,
-            &all,
+            all,
         )
     }
 

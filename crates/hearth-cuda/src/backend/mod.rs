@@ -313,9 +313,7 @@ impl Backend for CudaBackend {
                 && k.rows == q.rows
                 && q.cols.is_multiple_of(head_dim)
                 && k.cols.is_multiple_of(head_dim)
-                && rope.n_rot <= head_dim
-                && rope.n_rot.is_multiple_of(2)
-                && (rope.freq_factors.is_empty() || rope.freq_factors.len() == rope.n_rot / 2),
+                && rope_fits(rope, head_dim),
             || {
                 format!(
                     "q/k norm and rope over heads of {head_dim} in rows of {} and {}",
@@ -324,8 +322,7 @@ impl Backend for CudaBackend {
             },
         )?;
         let mut st = self.state()?;
-        let pos = self.stage_u32(&mut st, key_of(positions, "positions"), positions)?;
-        let factors = self.stage_rope_factors(&mut st, rope)?;
+        let (pos, factors) = self.stage_rope_inputs(&mut st, positions, rope)?;
         let (qn, kn) = norms.map_or((0, 0), |(a, b)| (a.ptr, b.ptr));
         let (n_q, n_k) = (q.cols / head_dim, k.cols / head_dim);
         self.launch(
@@ -433,9 +430,7 @@ impl Backend for CudaBackend {
         check(
             positions.len() == x.rows
                 && x.cols.is_multiple_of(head_dim)
-                && rope.n_rot <= head_dim
-                && rope.n_rot.is_multiple_of(2)
-                && (rope.freq_factors.is_empty() || rope.freq_factors.len() == rope.n_rot / 2),
+                && rope_fits(rope, head_dim),
             || {
                 format!(
                     "rope over {} of {head_dim} values in rows of {}",
@@ -444,8 +439,7 @@ impl Backend for CudaBackend {
             },
         )?;
         let mut st = self.state()?;
-        let pos = self.stage_u32(&mut st, key_of(positions, "positions"), positions)?;
-        let factors = self.stage_rope_factors(&mut st, rope)?;
+        let (pos, factors) = self.stage_rope_inputs(&mut st, positions, rope)?;
         let theta_scale = rope_theta_scale(rope);
         self.launch(
             &st,
@@ -549,6 +543,13 @@ impl Backend for CudaBackend {
         self.launch_attention(&mut st, q, k, v, cache, layer, batch, params, out)?;
         Ok(())
     }
+}
+
+/// Whether the rope kernels can rotate `rope.n_rot` of a head's `head_dim` values.
+fn rope_fits(rope: &RopeSpec, head_dim: usize) -> bool {
+    rope.n_rot <= head_dim
+        && rope.n_rot.is_multiple_of(2)
+        && (rope.freq_factors.is_empty() || rope.freq_factors.len() == rope.n_rot / 2)
 }
 
 /// Same expression as the CPU backend, so the angles agree to the bit.

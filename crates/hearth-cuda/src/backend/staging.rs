@@ -30,10 +30,8 @@ impl CudaBackend {
         key: Option<StageKey>,
         bytes: &[u8],
     ) -> Result<u64, CudaError> {
-        if let Some(k) = key {
-            if let Some(&(_, dev)) = st.staged.iter().find(|(s, _)| *s == k) {
-                return Ok(dev);
-            }
+        if let Some(dev) = key.and_then(|k| st.staged_at(k)) {
+            return Ok(dev);
         }
         let may_grow = st.mode == Mode::Eager;
         let dev = st.arena.alloc(self.dev.stream(), bytes.len(), may_grow)?;
@@ -75,16 +73,20 @@ impl CudaBackend {
         self.stage(st, key, bytemuck::cast_slice(values))
     }
 
-    /// The device address of the rope frequency divisors (0 when there are none).
-    pub(super) fn stage_rope_factors(
+    /// The device addresses of the positions and of the rope frequency divisors (0 when there
+    /// are none), each staged once per pass.
+    pub(super) fn stage_rope_inputs(
         &self,
         st: &mut State,
+        positions: &[u32],
         rope: &RopeSpec,
-    ) -> Result<u64, CudaError> {
+    ) -> Result<(u64, u64), CudaError> {
+        let pos = self.stage_u32(st, key_of(positions, "positions"), positions)?;
         if rope.freq_factors.is_empty() {
-            return Ok(0);
+            return Ok((pos, 0));
         }
         let k = key_of(&rope.freq_factors, "rope factors");
-        self.stage(st, k, bytemuck::cast_slice(&rope.freq_factors))
+        let factors = self.stage(st, k, bytemuck::cast_slice(&rope.freq_factors))?;
+        Ok((pos, factors))
     }
 }

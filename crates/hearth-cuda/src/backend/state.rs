@@ -83,6 +83,14 @@ impl State {
         }
     }
 
+    /// Where an array staged earlier in this pass lives on the device.
+    pub fn staged_at(&self, key: StageKey) -> Option<u64> {
+        self.staged
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|&(_, dev)| dev)
+    }
+
     /// Forget every recording (their copy nodes point into a pinned buffer being replaced).
     pub fn drop_graphs(&mut self) {
         self.graphs.clear();
