@@ -285,7 +285,7 @@ impl Backend for CudaBackend {
         }
         let mut st = self.state()?;
         let outs = [&*out[0], &*out[1], &*out[2]];
-        if !self.launch_matmul3(&st, w, x, outs)? {
+        if !self.launch_matmul3(&mut st, w, x, outs)? {
             for (w, o) in w.into_iter().zip(outs) {
                 self.launch_matmul(&mut st, w, x, o, false)?;
             }
@@ -374,7 +374,7 @@ impl Backend for CudaBackend {
         check_matmul(up, x, out)?;
         let mut st = self.state()?;
         let gelu = act == Activation::GeluTanh;
-        if self.launch_gated(&st, gate, up, x, gelu, out)? {
+        if self.launch_gated(&mut st, gate, up, x, gelu, out)? {
             return Ok(());
         }
         let u = self.tensor(&mut st, out.rows, out.cols)?;
