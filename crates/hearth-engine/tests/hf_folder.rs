@@ -125,6 +125,61 @@ fn qwen2_f32_with_qkv_bias_matches_transformers() {
     check_f32_folder("hf-tiny-qwen2");
 }
 
+/// Mixtral: 4 experts per layer, top-2 routing with renormalised weights.
+#[test]
+fn mixtral_f32_matches_transformers() {
+    check_f32_folder("hf-tiny-mixtral");
+}
+
+/// Qwen 3 MoE: QK-norm attention, 4 experts per layer, top-2, `norm_topk_prob`.
+#[test]
+fn qwen3_moe_f32_matches_transformers() {
+    check_f32_folder("hf-tiny-qwen3-moe");
+}
+
+/// Sparse-block layouts hearth does not run are refused, naming the key.
+#[test]
+fn unsupported_moe_layouts_name_the_key() {
+    let dir = scratch_copy("hf-tiny-qwen3-moe", "mlponly");
+    edit(
+        &dir.join("config.json"),
+        "\"mlp_only_layers\": []",
+        "\"mlp_only_layers\": [1]",
+    );
+    let e = load_error(&dir);
+    assert!(e.contains("'mlp_only_layers'"), "{e}");
+
+    let dir = scratch_copy("hf-tiny-qwen3-moe", "sparsestep");
+    edit(
+        &dir.join("config.json"),
+        "\"decoder_sparse_step\": 1",
+        "\"decoder_sparse_step\": 2",
+    );
+    let e = load_error(&dir);
+    assert!(e.contains("'decoder_sparse_step'"), "{e}");
+
+    let dir = scratch_copy("hf-tiny-mixtral", "topk");
+    edit(
+        &dir.join("config.json"),
+        "\"num_experts_per_tok\": 2",
+        "\"num_experts_per_tok\": 5",
+    );
+    let e = load_error(&dir);
+    assert!(
+        e.contains("'num_experts_per_tok'") && e.contains("5 experts per token of 4"),
+        "{e}"
+    );
+
+    let dir = scratch_copy("hf-tiny-mixtral", "window");
+    edit(
+        &dir.join("config.json"),
+        "\"sliding_window\": null",
+        "\"sliding_window\": 4096",
+    );
+    let e = load_error(&dir);
+    assert!(e.contains("'sliding_window'"), "{e}");
+}
+
 #[test]
 fn llama_bf16_matches_transformers_within_bf16_error() {
     let dir = fixture("hf-tiny-llama-bf16");
