@@ -440,6 +440,32 @@ fn llama3_rope_scaling_is_checked_by_the_fixture() {
     assert!(max_diff > 2e-2, "unscaled rope gives {max_diff}");
 }
 
+/// The Qwen 3 MoE fixture checks the renormalisation of the top-k weights: without it the
+/// logits move far beyond the tolerance above.
+#[test]
+fn qwen3_moe_norm_topk_prob_is_checked_by_the_fixture() {
+    let dir = scratch_copy("hf-tiny-qwen3-moe", "unnormalised");
+    edit(
+        &dir.join("config.json"),
+        "\"norm_topk_prob\": true",
+        "\"norm_topk_prob\": false",
+    );
+    let r = reference(&dir);
+    let opened = Engine::load(
+        &dir,
+        &EngineOptions {
+            n_ctx: 1024,
+            n_threads: 2,
+            device: common::test_device(),
+            ..EngineOptions::default()
+        },
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let (max_diff, _) = run_prompts(&mut opened.expect("loads"), &r);
+    eprintln!("without norm_topk_prob: max |logit diff| = {max_diff:e}");
+    assert!(max_diff > 2e-2, "unnormalised routing gives {max_diff}");
+}
+
 /// Every HF architecture hearth claims has a fixture checked against transformers.
 #[test]
 fn every_hf_architecture_has_a_fixture() {

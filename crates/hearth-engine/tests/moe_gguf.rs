@@ -8,8 +8,11 @@
 
 mod common;
 
+use std::path::PathBuf;
+
 use common::{argmax, model_path, open_engine, read_json, repo_root};
-use hearth_engine::{Engine, Sequence};
+use hearth_engine::{Engine, EngineOptions, Sequence};
+use hearth_gguf::{GgufFile, GgufWriter, Value};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -104,4 +107,78 @@ fn mixtral_gguf_q8_0_matches_llamacpp() {
 #[test]
 fn qwen3_moe_gguf_q8_0_matches_llamacpp() {
     check_q8_0_against_llamacpp("tiny-qwen3-moe-q8_0.gguf");
+}
+
+/// A copy of fixture `file` with metadata `key` set to `value` (removed when `None`) and
+/// tensor `reshape.0` given dimensions `reshape.1` (same bytes); returns its path.
+fn edited_copy(
+    file: &str,
+    tag: &str,
+    key: (&str, Option<Value>),
+    reshape: Option<(&str, &[u64])>,
+) -> PathBuf {
+    let src = GgufFile::open(model_path(file)).expect("fixture opens");
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata().iter() {
+        if k != key.0 {
+            w.add_kv(k, v.clone()).expect("metadata");
+        }
+    }
+    if let Some(v) = key.1 {
+        w.add_kv(key.0, v).expect("metadata");
+    }
+    for t in src.tensors() {
+        let dims = match reshape {
+            Some((name, dims)) if name == t.name => dims.to_vec(),
+            _ => t.dims.clone(),
+        };
+        w.add_tensor(&t.name, &dims, t.ty, src.tensor_data(t))
+            .expect("tensor");
+    }
+    let path = std::env::temp_dir().join(format!("hearth-moe-{}-{tag}.gguf", std::process::id()));
+    w.write(&path).expect("write");
+    path
+}
+
+/// The error loading `path`; removes the file.
+fn load_error(path: PathBuf) -> String {
+    let opts = EngineOptions {
+        n_ctx: 64,
+        n_threads: 1,
+        device: common::test_device(),
+        ..EngineOptions::default()
+    };
+    let result = Engine::load(&path, &opts);
+    let _ = std::fs::remove_file(&path);
+    match result {
+        Ok(_) => panic!("{} loaded", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_moe_files_name_the_key_or_tensor() {
+    let file = "tiny-qwen3-moe-q8_0.gguf";
+    let e = load_error(edited_copy(
+        file,
+        "nocount",
+        ("qwen3moe.expert_count", None),
+        None,
+    ));
+    assert!(e.contains("'qwen3moe.expert_count'"), "{e}");
+
+    let used = ("qwen3moe.expert_used_count", Some(Value::U32(9)));
+    let e = load_error(edited_copy(file, "used", used, None));
+    assert!(
+        e.contains("'qwen3moe.expert_used_count'") && e.contains("9 experts per token of 4"),
+        "{e}"
+    );
+
+    // The same bytes seen as 2 experts of twice the width.
+    let reshape = ("blk.1.ffn_up_exps.weight", &[64u64, 64, 2][..]);
+    let e = load_error(edited_copy(file, "shape", ("none", None), Some(reshape)));
+    assert!(
+        e.contains("'blk.1.ffn_up_exps.weight'") && e.contains("expected [64, 32, 4]"),
+        "{e}"
+    );
 }
