@@ -9,7 +9,8 @@
 
 use hearth_backend::{AttnBatch, AttnParams, Backend};
 
-use crate::{Batch, DecoderConfig, LayerKind, ModelError, SparseFfn, TensorLoader};
+use crate::moe::SparseFfn;
+use crate::{Batch, DecoderConfig, LayerKind, ModelError, TensorLoader};
 
 /// The weights of one transformer block (HF names in comments).
 struct Layer<W> {

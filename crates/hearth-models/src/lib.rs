@@ -21,4 +21,4 @@ pub use config::{DecoderConfig, LayerKind};
 pub use decoder::DecoderModel;
 pub use error::ModelError;
 pub use loader::{GgufTensorBytes, TensorLoader, TensorSource};
-pub use moe::{route, MoeConfig, SparseFfn};
+pub use moe::MoeConfig;
