@@ -137,9 +137,10 @@ fn qwen3_moe_f32_matches_transformers() {
     check_f32_folder("hf-tiny-qwen3-moe");
 }
 
-/// Sparse-block layouts hearth does not run are refused, naming the key.
+/// Sparse-block layouts hearth does not run are refused naming the key, missing experts naming
+/// the tensor.
 #[test]
-fn unsupported_moe_layouts_name_the_key() {
+fn bad_moe_folders_name_the_key_or_tensor() {
     let dir = scratch_copy("hf-tiny-qwen3-moe", "mlponly");
     edit(
         &dir.join("config.json"),
@@ -178,6 +179,28 @@ fn unsupported_moe_layouts_name_the_key() {
     );
     let e = load_error(&dir);
     assert!(e.contains("'sliding_window'"), "{e}");
+
+    // An expert's tensor under a name hearth does not know: the error names what it looked for.
+    let dir = scratch_copy("hf-tiny-mixtral", "expert");
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).expect("read");
+    let (from, to) = (
+        b"layers.1.block_sparse_moe.experts.3.w3.weight",
+        b"layers.1.block_sparse_moe.experts.3.w9.weight",
+    );
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("header entry");
+    let mut bytes = bytes;
+    bytes[at..at + to.len()].copy_from_slice(to);
+    std::fs::write(&path, bytes).expect("write");
+    let e = load_error(&dir);
+    assert!(
+        e.contains("model.layers.1.mlp.experts.3.up_proj.weight")
+            && e.contains("model.layers.1.block_sparse_moe.experts.3.w3.weight"),
+        "{e}"
+    );
 }
 
 #[test]

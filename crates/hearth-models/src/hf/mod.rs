@@ -159,14 +159,16 @@ fn mixtral_name(name: &str) -> Option<String> {
 }
 
 impl HfTensors {
-    /// `hf`, or Mixtral's name for it when the folder has that one instead.
-    fn resolve(&self, hf: String) -> String {
+    /// `hf`, or Mixtral's name for it when the folder has that one instead; the error names
+    /// both when neither is there.
+    fn resolve(&self, hf: String) -> Result<String, ModelError> {
         if self.folder.get(&hf).is_some() {
-            return hf;
+            return Ok(hf);
         }
         match mixtral_name(&hf) {
-            Some(m) if self.folder.get(&m).is_some() => m,
-            _ => hf,
+            Some(m) if self.folder.get(&m).is_some() => Ok(m),
+            Some(m) => Err(ModelError::MissingTensor(format!("{hf}' or '{m}"))),
+            None => Err(ModelError::MissingTensor(hf)),
         }
     }
 }
@@ -184,12 +186,12 @@ impl TensorSource for HfTensors {
         let _ = n_expert;
         let hf = hf_expert_name(name, expert)
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        self.weight(self.resolve(hf), rows, cols)
+        self.weight(self.resolve(hf)?, rows, cols)
     }
 
     fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
         let hf = hf_name(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        self.weight(self.resolve(hf), rows, cols)
+        self.weight(self.resolve(hf)?, rows, cols)
     }
 
     fn contains(&self, name: &str) -> bool {
@@ -197,7 +199,7 @@ impl TensorSource for HfTensors {
         if name == "output.weight" {
             return !self.tied;
         }
-        hf_name(name).is_some_and(|hf| self.folder.get(&self.resolve(hf)).is_some())
+        hf_name(name).is_some_and(|hf| self.resolve(hf).is_ok())
     }
 }
 
