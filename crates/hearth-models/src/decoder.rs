@@ -90,6 +90,12 @@ impl<B: Backend> DecoderModel<B> {
     pub fn load(config: DecoderConfig, loader: &TensorLoader<B>) -> Result<Self, ModelError> {
         let c = &config;
         let (e, q_dim, kv_dim) = (c.n_embd, c.n_heads * c.head_dim, c.kv_dim());
+        if c.moe.is_some() && c.post_norms {
+            return Err(ModelError::BadConfig {
+                key: format!("{}.expert_count", c.arch),
+                reason: "experts with post-feed-forward norms are not supported yet".into(),
+            });
+        }
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
