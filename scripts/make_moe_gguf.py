@@ -2,7 +2,7 @@
 """Write a tiny Hugging Face mixture-of-experts folder (made by make_hf_fixtures.py) as GGUF,
 with llama.cpp's tensor names and metadata keys.
 
-usage: make_moe_gguf.py HF_DIR OUT.gguf [--type f32|q8_0]
+usage: make_moe_gguf.py HF_DIR OUT.gguf [--type f32|q8_0] [--split-experts]
 
 - MixtralForCausalLM becomes llama.cpp arch "llama" with `llama.expert_count` /
   `llama.expert_used_count`; q_proj / k_proj rows are permuted the way llama.cpp's converter
@@ -11,6 +11,8 @@ usage: make_moe_gguf.py HF_DIR OUT.gguf [--type f32|q8_0]
   moe_intermediate_size).
 - Each layer's router is `blk.N.ffn_gate_inp.weight`, and its experts are stacked into 3-D
   tensors `blk.N.ffn_{gate,up,down}_exps.weight` (numpy shape [n_expert, rows, cols]).
+- With --split-experts each expert is its own tensor `blk.N.ffn_{gate,up,down}.E.weight`
+  instead, as in GGUF files converted before llama.cpp stacked them (early Mixtral files).
 - The tokenizer is the folder's byte-level BPE (tokenizer.json) as a "gpt2" GGUF vocabulary.
 
 With --type q8_0 the 2-D and 3-D projection matrices are stored as Q8_0; norms and the router
@@ -83,6 +85,8 @@ def main():
     parser.add_argument("hf_dir")
     parser.add_argument("out")
     parser.add_argument("--type", choices=["f32", "q8_0"], default="f32")
+    parser.add_argument("--split-experts", action="store_true",
+                        help="one tensor per expert (the layout before stacked experts)")
     args = parser.parse_args()
     with open(os.path.join(args.hf_dir, "config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
@@ -143,10 +147,13 @@ def main():
         writer.add_tensor(p + "ffn_norm.weight", t[hf + "post_attention_layernorm.weight"])
         writer.add_tensor(p + "ffn_gate_inp.weight", t[hf + f"{moe}.gate.weight"])
         for part, hf_part in names.items():
-            # [n_expert, rows, cols]: GGUF dims [cols, rows, n_expert].
-            stacked = np.stack([t[hf + f"{moe}.experts.{e}.{hf_part}.weight"]
-                                for e in range(n_expert)])
-            add_matrix(writer, p + f"ffn_{part}_exps.weight", stacked, args.type)
+            experts = [t[hf + f"{moe}.experts.{e}.{hf_part}.weight"] for e in range(n_expert)]
+            if args.split_experts:
+                for e, w in enumerate(experts):
+                    add_matrix(writer, p + f"ffn_{part}.{e}.weight", w, args.type)
+            else:
+                # [n_expert, rows, cols]: GGUF dims [cols, rows, n_expert].
+                add_matrix(writer, p + f"ffn_{part}_exps.weight", np.stack(experts), args.type)
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -182,3 +182,53 @@ fn bad_moe_files_name_the_key_or_tensor() {
         "{e}"
     );
 }
+
+/// Files converted before llama.cpp stacked the experts (early Mixtral GGUFs) hold each expert
+/// as `blk.N.ffn_gate.E.weight`: the same model, split that way, gives the same logits.
+#[test]
+fn mixtral_gguf_with_experts_stored_one_by_one() {
+    let src = GgufFile::open(model_path("tiny-mixtral-f32.gguf")).expect("fixture opens");
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata().iter() {
+        w.add_kv(k, v.clone()).expect("metadata");
+    }
+    let mut n_split = 0;
+    for t in src.tensors() {
+        let data = src.tensor_data(t);
+        match t.name.strip_suffix("_exps.weight") {
+            Some(stem) => {
+                // [cols, rows, n_expert]: expert e is the e-th of n_expert equal byte ranges.
+                let n_expert = t.dims[2] as usize;
+                let size = data.len() / n_expert;
+                for e in 0..n_expert {
+                    let name = format!("{stem}.{e}.weight");
+                    let bytes = &data[e * size..(e + 1) * size];
+                    w.add_tensor(name, &t.dims[..2], t.ty, bytes)
+                        .expect("expert");
+                    n_split += 1;
+                }
+            }
+            None => w.add_tensor(&t.name, &t.dims, t.ty, data).expect("tensor"),
+        }
+    }
+    assert_eq!(n_split, 2 * 3 * 4, "2 layers, 3 projections, 4 experts");
+    let path = std::env::temp_dir().join(format!("hearth-moe-{}-split.gguf", std::process::id()));
+    w.write(&path).expect("write");
+    let r: Reference = read_json(
+        &repo_root()
+            .join("tests/fixtures/hf-tiny-mixtral")
+            .join("reference.json"),
+    );
+    let opened = Engine::load(
+        &path,
+        &EngineOptions {
+            n_ctx: 1024,
+            n_threads: 2,
+            device: common::test_device(),
+            ..EngineOptions::default()
+        },
+    );
+    let _ = std::fs::remove_file(&path);
+    let diff = max_logit_diff(&mut opened.expect("split file loads"), &r, "split experts");
+    assert!(diff < 2e-3, "split experts: max |logit diff| {diff}");
+}

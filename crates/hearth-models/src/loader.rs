@@ -50,6 +50,13 @@ impl ByteSource for GgufTensorBytes {
     }
 }
 
+/// The name of expert `expert` of stacked tensor `name` in files that store experts one by
+/// one: `blk.0.ffn_up_exps.weight` → `blk.0.ffn_up.3.weight`.
+fn split_expert_name(name: &str, expert: usize) -> Option<String> {
+    let stem = name.strip_suffix("_exps.weight")?;
+    Some(format!("{stem}.{expert}.weight"))
+}
+
 /// The index of tensor `name` in `file`.
 fn tensor_index(file: &GgufFile, name: &str) -> Result<usize, ModelError> {
     file.tensors()
@@ -104,7 +111,15 @@ impl TensorSource for Arc<GgufFile> {
         rows: usize,
         cols: usize,
     ) -> Result<HostWeight, ModelError> {
-        let index = tensor_index(self, name)?;
+        let index = match tensor_index(self, name) {
+            Ok(i) => i,
+            // NOTE: GGUF files converted before llama.cpp stacked the experts (early Mixtral
+            // files) store each as `blk.N.ffn_gate.E.weight`.
+            Err(missing) => match split_expert_name(name, expert) {
+                Some(one) if self.tensor(&one).is_some() => return self.host(&one, rows, cols),
+                _ => return Err(missing),
+            },
+        };
         let info = &self.tensors()[index];
         let bad = |reason: String| ModelError::BadTensor {
             name: name.to_string(),
