@@ -13,6 +13,7 @@ mod decoder;
 mod error;
 pub mod hf;
 mod loader;
+mod moe;
 pub mod registry;
 
 pub use batch::Batch;
@@ -20,3 +21,4 @@ pub use config::{DecoderConfig, LayerKind};
 pub use decoder::DecoderModel;
 pub use error::ModelError;
 pub use loader::{GgufTensorBytes, TensorLoader, TensorSource};
+pub use moe::MoeConfig;
