@@ -11,7 +11,8 @@ Random init leaves biases at zero; every non-norm parameter, biases included, is
 so the Qwen2 q/k/v biases are non-zero and the test sees them.
 
 Needs torch, transformers and tokenizers. Usage: make_hf_fixtures.py [OUT_DIR [NAME...]]
-(NAME: llama, llama-bf16, qwen3, qwen2; all of them when none is given)
+(NAME: llama, llama-bf16, qwen3, qwen2, mistral, gemma, gemma2, gemma3, llama-linear,
+llama-yarn; all of them when none is given)
 """
 import json
 import os
@@ -19,8 +20,9 @@ import sys
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast,
-                          Qwen2Config, Qwen3Config)
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, GemmaConfig,
+                          LlamaConfig, MistralConfig, PreTrainedTokenizerFast, Qwen2Config,
+                          Qwen3Config)
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. " * 3,
@@ -41,11 +43,18 @@ CHAT = [
     {"role": "user", "content": "Hello world!"},
 ]
 N_GREEDY = 8
+# Sliding windows in the fixtures are shorter than the 11-token prompt, so they matter.
+WINDOW = 4
 
 QWEN_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
+    "message['content'] + '<end_of_turn>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
 )
 LLAMA_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
@@ -117,11 +126,14 @@ def build(name, cfg_cls, cfg_kw, specials, template, bos, eos, extra, dtype, sha
     cfg = cfg_cls(vocab_size=vocab, bos_token_id=tok.token_to_id(bos) if bos else None,
                   eos_token_id=tok.token_to_id(eos), **cfg_kw)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg).to(torch.float32)
-    # Random init is small; widen the norms' weights so the test sees them.
+    # Eager attention: the soft-capped Gemma 2 scores need it.
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").to(torch.float32)
+    # Random init is small; widen the norms' weights so the test sees them. Gemma norms scale
+    # by 1 + w, so theirs are centred on 0 (as in released Gemma checkpoints).
+    norm_centre = 0.0 if cfg.model_type.startswith("gemma") else 1.0
     for n, p in model.named_parameters():
         if "norm" in n:
-            p.data = 1.0 + 0.5 * torch.randn_like(p)
+            p.data = norm_centre + 0.5 * torch.randn_like(p)
         else:
             p.data = 0.08 * torch.randn_like(p)
     model = model.to(dtype)
@@ -156,11 +168,43 @@ def main():
                     rms_norm_eps=1e-6)
     # Qwen2: q/k/v biases, no QK-norm, untied output head (the larger Qwen2.5 models' layout).
     qwen2_kw = dict(common, rope_theta=1000000.0, tie_word_embeddings=False, rms_norm_eps=1e-6)
+    mistral_kw = dict(common, rope_theta=10000.0, tie_word_embeddings=False,
+                      sliding_window=WINDOW)
+    gemma_specials = ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
+    gemma_args = (gemma_specials, GEMMA_TEMPLATE, "<bos>", "<end_of_turn>", {})
+    # Gemma: a head size that is not hidden_size / heads, tied embeddings.
+    gemma_kw = dict(common, head_dim=32, hidden_act="gelu_pytorch_tanh", rope_theta=10000.0,
+                    rms_norm_eps=1e-6, tie_word_embeddings=True)
+    # Gemma 2: small soft caps so that they change the numbers; layer 0 slides, layer 1 is
+    # global. query_pre_attn_scalar = head_dim, as llama.cpp assumes below 27B.
+    gemma2_kw = dict(common, head_dim=16, hidden_activation="gelu_pytorch_tanh",
+                     rope_theta=10000.0, rms_norm_eps=1e-6, query_pre_attn_scalar=16,
+                     sliding_window=WINDOW, attn_logit_softcapping=2.0,
+                     final_logit_softcapping=3.0, tie_word_embeddings=True)
+    # Gemma 3 text: per-layer-type rope (linear scaling on the global layer only), a query
+    # scale that is not 1/√head_dim, QK-norm.
+    gemma3_kw = dict(common, head_dim=16, hidden_activation="gelu_pytorch_tanh",
+                     rms_norm_eps=1e-6, query_pre_attn_scalar=24, sliding_window=WINDOW,
+                     layer_types=["sliding_attention", "full_attention"],
+                     rope_parameters={
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 1000000.0}},
+                     tie_word_embeddings=True)
+    linear_kw = dict(llama_kw, rope_scaling={"rope_type": "linear", "factor": 4.0})
+    yarn_kw = dict(llama_kw, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                           "original_max_position_embeddings": 64})
     jobs = [
         ("llama", LlamaConfig, llama_kw, llama_args, torch.float32, False),
         ("llama-bf16", LlamaConfig, llama_kw, llama_args, torch.bfloat16, False),
         ("qwen3", Qwen3Config, qwen3_kw, qwen_args, torch.float32, True),
         ("qwen2", Qwen2Config, qwen2_kw, qwen_args, torch.float32, False),
+        ("mistral", MistralConfig, mistral_kw, llama_args, torch.float32, False),
+        ("gemma", GemmaConfig, gemma_kw, gemma_args, torch.float32, False),
+        ("gemma2", Gemma2Config, gemma2_kw, gemma_args, torch.float32, False),
+        ("gemma3", Gemma3TextConfig, gemma3_kw, gemma_args, torch.float32, False),
+        ("llama-linear", LlamaConfig, linear_kw, llama_args, torch.float32, False),
+        ("llama-yarn", LlamaConfig, yarn_kw, llama_args, torch.float32, False),
     ]
     for name, cfg_cls, kw, args, dtype, shard in jobs:
         if not only or name in only:

@@ -17,6 +17,8 @@ pub const ARCHITECTURES: &[(&str, ConfigFn)] = &[
     ("llama", arch::llama::config),
     ("qwen2", arch::qwen2::config),
     ("qwen3", arch::qwen3::config),
+    ("gemma", arch::gemma::config),
+    ("gemma2", arch::gemma2::config),
     ("gemma3", arch::gemma3::config),
 ];
 
@@ -25,6 +27,10 @@ pub const HF_ARCHITECTURES: &[(&str, HfConfigFn)] = &[
     ("LlamaForCausalLM", arch::llama::hf_config),
     ("Qwen2ForCausalLM", arch::qwen2::hf_config),
     ("Qwen3ForCausalLM", arch::qwen3::hf_config),
+    ("MistralForCausalLM", arch::mistral::hf_config),
+    ("GemmaForCausalLM", arch::gemma::hf_config),
+    ("Gemma2ForCausalLM", arch::gemma2::hf_config),
+    ("Gemma3ForCausalLM", arch::gemma3::hf_config),
 ];
 
 /// How to configure the HF architecture `name`.

@@ -1,7 +1,10 @@
 //! One file per architecture: how its GGUF metadata becomes a [`crate::DecoderConfig`].
 
+pub mod gemma;
+pub mod gemma2;
 pub mod gemma3;
 pub mod llama;
+pub mod mistral;
 pub mod qwen2;
 pub mod qwen3;
 
