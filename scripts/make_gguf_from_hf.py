@@ -10,14 +10,18 @@ With --check-llama-cpp the script also loads the written file with llama.cpp (th
 llama-cpp-python package) and compares llama.cpp's greedy tokens with transformers' (from the
 folder's reference.json), printing the result; it exits non-zero when they differ.
 
-The committed tests/fixtures/tiny-{gemma,gemma2,qwen2}-f32.gguf were written with
---check-llama-cpp: llama.cpp (llama-cpp-python 0.3.16) gave transformers' 8 greedy tokens after
-each of the three reference prompts, for all three files.
+The committed tests/fixtures/tiny-{gemma,gemma2,qwen2,llama-linear,llama-yarn,phi3-longrope}
+-f32.gguf were written with --check-llama-cpp: llama.cpp (llama-cpp-python 0.3.16) gave
+transformers' 8 greedy tokens after each of the three reference prompts, for every file. For
+tiny-phi3-f32.gguf it does not: that llama.cpp ignores phi3.attention.sliding_window (its tokens
+are the same without the key, and equal transformers' for the same checkpoint with
+sliding_window null), while transformers and hearth apply the 4-token window.
 
 Needs numpy and gguf (and llama_cpp for --check-llama-cpp).
 Usage: make_gguf_from_hf.py HF_DIR OUT.gguf [--check-llama-cpp]
 """
 import json
+import math
 import os
 import sys
 
@@ -30,6 +34,7 @@ ARCH = {
     "Qwen2ForCausalLM": "qwen2",
     "GemmaForCausalLM": "gemma",
     "Gemma2ForCausalLM": "gemma2",
+    "Phi3ForCausalLM": "phi3",
 }
 LAYER_NAMES = {
     "input_layernorm": "attn_norm",
@@ -37,6 +42,8 @@ LAYER_NAMES = {
     "self_attn.k_proj": "attn_k",
     "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output",
+    "self_attn.qkv_proj": "attn_qkv",
+    "mlp.gate_up_proj": "ffn_up",
     "mlp.gate_proj": "ffn_gate",
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
@@ -108,6 +115,31 @@ def write_tokenizer(w, hf_dir, cfg):
     return len(tokens)
 
 
+def write_rope(w, rope, cfg, n_rot):
+    """Rope scaling as llama.cpp's converter writes it: keys, or LongRoPE factor tensors."""
+    kind = rope.get("rope_type", "default")
+    if kind == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rope["factor"])
+    elif kind == "yarn":
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rope["factor"])
+        w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+    elif kind == "longrope":
+        old = rope["original_max_position_embeddings"]
+        factor = cfg["max_position_embeddings"] / old
+        attn = rope.get("attention_factor") or (
+            math.sqrt(1 + math.log(factor) / math.log(old)) if factor > 1 else 1.0)
+        w.add_rope_scaling_attn_factors(attn)
+        w.add_rope_scaling_orig_ctx_len(old)
+        for name in ("long", "short"):
+            f = np.array(rope[f"{name}_factor"], dtype=np.float32)
+            assert f.shape == (n_rot // 2,)
+            w.add_tensor(f"rope_factors_{name}.weight", f)
+    elif kind != "default":
+        sys.exit(f"rope type {kind} is not written by this script")
+
+
 def write(hf_dir, out):
     cfg = json.load(open(os.path.join(hf_dir, "config.json")))
     arch = ARCH[cfg["architectures"][0]]
@@ -116,9 +148,9 @@ def write(hf_dir, out):
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_head
     rope = cfg.get("rope_parameters") or {}
-    if rope.get("rope_type", "default") != "default":
-        sys.exit(f"{hf_dir}: rope type {rope['rope_type']} is not written by this script")
+    n_rot = int(head_dim * rope.get("partial_rotary_factor", 1.0))
     w = gguf.GGUFWriter(out, arch)
+    write_rope(w, rope, cfg, n_rot)
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
@@ -127,9 +159,11 @@ def write(hf_dir, out):
     w.add_head_count_kv(n_kv)
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
+    w.add_rope_dimension_count(n_rot)
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_rope_freq_base(rope.get("rope_theta", 10000.0))
+    if arch == "phi3" and cfg.get("sliding_window"):
+        w.add_sliding_window(cfg["sliding_window"])
     if arch == "gemma2":
         w.add_sliding_window(cfg["sliding_window"])
         w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
@@ -159,7 +193,11 @@ def check_llama_cpp(hf_dir, out):
     from llama_cpp import Llama
 
     ref = json.load(open(os.path.join(hf_dir, "reference.json")))
-    llm = Llama(model_path=out, n_ctx=256, logits_all=False, verbose=False, seed=0)
+    cfg = json.load(open(os.path.join(hf_dir, "config.json")))
+    # llama.cpp picks LongRoPE's long factors for contexts beyond the original one;
+    # transformers uses the short ones for sequences this short.
+    n_ctx = min(256, (cfg.get("rope_parameters") or {}).get("original_max_position_embeddings", 256))
+    llm = Llama(model_path=out, n_ctx=n_ctx, logits_all=False, verbose=False, seed=0)
     ok = True
     for p in ref["prompts"]:
         llm.reset()

@@ -12,7 +12,7 @@ so the Qwen2 q/k/v biases are non-zero and the test sees them.
 
 Needs torch, transformers and tokenizers. Usage: make_hf_fixtures.py [OUT_DIR [NAME...]]
 (NAME: llama, llama-bf16, qwen3, qwen2, mistral, gemma, gemma2, gemma3, llama-linear,
-llama-yarn; all of them when none is given)
+llama-yarn, phi3, phi3-longrope; all of them when none is given)
 """
 import json
 import os
@@ -21,8 +21,8 @@ import sys
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, GemmaConfig,
-                          LlamaConfig, MistralConfig, PreTrainedTokenizerFast, Qwen2Config,
-                          Qwen3Config)
+                          LlamaConfig, MistralConfig, Phi3Config, PreTrainedTokenizerFast,
+                          Qwen2Config, Qwen3Config)
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. " * 3,
@@ -194,6 +194,16 @@ def main():
     linear_kw = dict(llama_kw, rope_scaling={"rope_type": "linear", "factor": 4.0})
     yarn_kw = dict(llama_kw, rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                            "original_max_position_embeddings": 64})
+    # Phi 3: fused qkv / gate-up; a quarter of each head rotates, a sliding window. Phi3Config's
+    # pad token default lies outside the tiny vocabulary.
+    phi3_kw = dict(common, rope_theta=10000.0, partial_rotary_factor=0.5, sliding_window=WINDOW,
+                   pad_token_id=None, tie_word_embeddings=False)
+    # LongRoPE as Phi 3 mini 128k has it (short factors up to the original context).
+    phi3_long_kw = dict(common, rope_theta=10000.0, pad_token_id=None, tie_word_embeddings=False,
+                        original_max_position_embeddings=64,
+                        rope_scaling={"rope_type": "longrope",
+                                      "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.6, 3.3, 4.0],
+                                      "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 12.0, 16.0]})
     jobs = [
         ("llama", LlamaConfig, llama_kw, llama_args, torch.float32, False),
         ("llama-bf16", LlamaConfig, llama_kw, llama_args, torch.bfloat16, False),
@@ -205,6 +215,8 @@ def main():
         ("gemma3", Gemma3TextConfig, gemma3_kw, gemma_args, torch.float32, False),
         ("llama-linear", LlamaConfig, linear_kw, llama_args, torch.float32, False),
         ("llama-yarn", LlamaConfig, yarn_kw, llama_args, torch.float32, False),
+        ("phi3", Phi3Config, phi3_kw, llama_args, torch.float32, False),
+        ("phi3-longrope", Phi3Config, phi3_long_kw, llama_args, torch.float32, False),
     ]
     for name, cfg_cls, kw, args, dtype, shard in jobs:
         if not only or name in only:

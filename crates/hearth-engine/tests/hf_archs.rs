@@ -48,6 +48,18 @@ fn llama_yarn_rope_matches_transformers() {
     check_f32_folder("hf-tiny-llama-yarn");
 }
 
+/// Phi 3: fused qkv / gate-up (split at load), half of each head rotated, a sliding window.
+#[test]
+fn phi3_matches_transformers() {
+    check_f32_folder("hf-tiny-phi3");
+}
+
+/// LongRoPE short factors and its attention factor (√(1 + ln 4 / ln 64)).
+#[test]
+fn phi3_longrope_matches_transformers() {
+    check_f32_folder("hf-tiny-phi3-longrope");
+}
+
 #[test]
 fn gemma_gguf_matches_transformers() {
     let gguf = repo_root().join("tests/fixtures/tiny-gemma-f32.gguf");
@@ -58,6 +70,23 @@ fn gemma_gguf_matches_transformers() {
 fn gemma2_gguf_matches_transformers() {
     let gguf = repo_root().join("tests/fixtures/tiny-gemma2-f32.gguf");
     check_f32_model(&gguf, &fixture("hf-tiny-gemma2"));
+}
+
+#[test]
+fn phi3_gguf_matches_transformers() {
+    for name in ["phi3", "phi3-longrope"] {
+        let gguf = repo_root().join(format!("tests/fixtures/tiny-{name}-f32.gguf"));
+        check_f32_model(&gguf, &fixture(&format!("hf-tiny-{name}")));
+    }
+}
+
+/// `llama.rope.scaling.type` linear and yarn, as llama.cpp's converter writes them.
+#[test]
+fn llama_rope_scaling_gguf_matches_transformers() {
+    for name in ["llama-linear", "llama-yarn"] {
+        let gguf = repo_root().join(format!("tests/fixtures/tiny-{name}-f32.gguf"));
+        check_f32_model(&gguf, &fixture(&format!("hf-tiny-{name}")));
+    }
 }
 
 #[test]
@@ -113,6 +142,17 @@ fn the_fixtures_exercise_their_features() {
         ),
         ("hf-tiny-llama-linear", "\"linear\"", "\"default\""),
         ("hf-tiny-llama-yarn", "\"yarn\"", "\"default\""),
+        (
+            "hf-tiny-phi3",
+            "\"sliding_window\": 4",
+            "\"sliding_window\": null",
+        ),
+        (
+            "hf-tiny-phi3",
+            "\"partial_rotary_factor\": 0.5",
+            "\"partial_rotary_factor\": 1.0",
+        ),
+        ("hf-tiny-phi3-longrope", "\"longrope\"", "\"default\""),
     ];
     for (name, from, to) in cases {
         let diff = diff_after_edit(name, from, to);
@@ -123,7 +163,7 @@ fn the_fixtures_exercise_their_features() {
 
 #[test]
 fn unsupported_rope_types_name_the_key() {
-    for kind in ["dynamic", "longrope", "su"] {
+    for kind in ["dynamic", "ntk"] {
         let dir = scratch_copy("hf-tiny-llama-yarn", &format!("rope-{kind}"));
         edit(&dir.join("config.json"), "\"yarn\"", &format!("\"{kind}\""));
         let e = load_error(&dir);
@@ -154,6 +194,7 @@ const GGUF_COVERAGE: &[(&str, &str)] = &[
     ("gemma", "tests/fixtures/tiny-gemma-f32.gguf"),
     ("gemma2", "tests/fixtures/tiny-gemma2-f32.gguf"),
     ("gemma3", "tests/goldens/gemma3"),
+    ("phi3", "tests/fixtures/tiny-phi3-f32.gguf"),
 ];
 
 /// Every GGUF architecture in the registry has a fixture (and a GGUF fixture is of that

@@ -91,11 +91,30 @@ impl<B: Backend> DecoderModel<B> {
                         Ok(None)
                     }
                 };
+            let [wq, wk, wv, ffn_gate, ffn_up] = if c.fused_projections {
+                // Row ranges of the fused matrices, in the order they are stacked.
+                let qkv = q_dim + 2 * kv_dim;
+                [
+                    loader.load_rows(&n("attn_qkv"), qkv, e, 0..q_dim)?,
+                    loader.load_rows(&n("attn_qkv"), qkv, e, q_dim..q_dim + kv_dim)?,
+                    loader.load_rows(&n("attn_qkv"), qkv, e, q_dim + kv_dim..qkv)?,
+                    loader.load_rows(&n("ffn_up"), 2 * c.n_ff, e, 0..c.n_ff)?,
+                    loader.load_rows(&n("ffn_up"), 2 * c.n_ff, e, c.n_ff..2 * c.n_ff)?,
+                ]
+            } else {
+                [
+                    loader.load(&n("attn_q"), q_dim, e)?,
+                    loader.load(&n("attn_k"), kv_dim, e)?,
+                    loader.load(&n("attn_v"), kv_dim, e)?,
+                    loader.load(&n("ffn_gate"), c.n_ff, e)?,
+                    loader.load(&n("ffn_up"), c.n_ff, e)?,
+                ]
+            };
             layers.push(Layer {
                 attn_norm: loader.load(&n("attn_norm"), 1, e)?,
-                wq: loader.load(&n("attn_q"), q_dim, e)?,
-                wk: loader.load(&n("attn_k"), kv_dim, e)?,
-                wv: loader.load(&n("attn_v"), kv_dim, e)?,
+                wq,
+                wk,
+                wv,
                 wo: loader.load(&n("attn_output"), e, q_dim)?,
                 q_norm: norm_opt("attn_q_norm", c.head_dim, c.qk_norm)?,
                 k_norm: norm_opt("attn_k_norm", c.head_dim, c.qk_norm)?,
@@ -106,8 +125,8 @@ impl<B: Backend> DecoderModel<B> {
                 },
                 attn_post_norm: norm_opt("post_attention_norm", e, c.post_norms)?,
                 ffn_norm: loader.load(&n("ffn_norm"), 1, e)?,
-                ffn_gate: loader.load(&n("ffn_gate"), c.n_ff, e)?,
-                ffn_up: loader.load(&n("ffn_up"), c.n_ff, e)?,
+                ffn_gate,
+                ffn_up,
                 ffn_down: loader.load(&n("ffn_down"), e, c.n_ff)?,
                 ffn_post_norm: norm_opt("post_ffw_norm", e, c.post_norms)?,
             });

@@ -14,6 +14,7 @@ mod error;
 pub mod hf;
 mod loader;
 pub mod registry;
+mod rope_scaling;
 
 pub use batch::Batch;
 pub use config::{DecoderConfig, LayerKind};

@@ -20,6 +20,7 @@ pub const ARCHITECTURES: &[(&str, ConfigFn)] = &[
     ("gemma", arch::gemma::config),
     ("gemma2", arch::gemma2::config),
     ("gemma3", arch::gemma3::config),
+    ("phi3", arch::phi3::config),
 ];
 
 /// HF `architectures[0]` → how to configure it from `config.json`.
@@ -31,6 +32,7 @@ pub const HF_ARCHITECTURES: &[(&str, HfConfigFn)] = &[
     ("GemmaForCausalLM", arch::gemma::hf_config),
     ("Gemma2ForCausalLM", arch::gemma2::hf_config),
     ("Gemma3ForCausalLM", arch::gemma3::hf_config),
+    ("Phi3ForCausalLM", arch::phi3::hf_config),
 ];
 
 /// How to configure the HF architecture `name`.

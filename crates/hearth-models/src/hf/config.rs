@@ -172,14 +172,22 @@ pub fn decoder_config(
         n_ff: cfg.require_usize("intermediate_size")?,
         n_ctx_train: cfg.usize("max_position_embeddings")?.unwrap_or(2048),
         rms_eps: cfg.f64("rms_norm_eps")?.unwrap_or(1e-6) as f32,
-        n_rot: head_dim,
+        n_rot: rope.n_rot,
         freq_base: rope.theta as f32,
         freq_scale: rope.freq_scale,
+        freq_factors: rope.freq_factors,
+        attn_factor: rope.attn_factor,
     };
     let mut c = hp.into_config(arch, n_vocab, rope_kind);
     c.activation = activation;
-    c.rope.freq_factors = rope.freq_factors;
-    c.attn_scale *= (rope.attn_factor * rope.attn_factor) as f32;
+    if rope.attn_factor != 1.0 && rope.n_rot != head_dim {
+        // NOTE: the factor scales the rotated values only; with a partial rotation that is
+        // not one scale of q·k.
+        return Err(cfg.error(
+            "partial_rotary_factor",
+            "a rope attention factor with a partial rotation is not supported yet",
+        ));
+    }
     c.rope_sliding = c.rope.clone();
     Ok(c)
 }
@@ -202,7 +210,7 @@ pub fn layer_type_rope(
     }
     Ok(RopeSpec {
         kind,
-        n_rot: head_dim,
+        n_rot: rope.n_rot,
         freq_base: rope.theta as f32,
         freq_scale: rope.freq_scale,
         freq_factors: rope.freq_factors,

@@ -59,7 +59,7 @@ impl HfCheckpoint {
         } else {
             0.0
         };
-        let post_norms = config.post_norms;
+        let (post_norms, fused) = (config.post_norms, config.fused_projections);
         Ok(Self {
             dir: dir.to_path_buf(),
             hf_arch,
@@ -71,6 +71,7 @@ impl HfCheckpoint {
                 tied,
                 norm_offset,
                 post_norms,
+                fused,
             }),
         })
     }
@@ -103,10 +104,12 @@ pub struct HfTensors {
     pub norm_offset: f32,
     /// Gemma 2/3 naming: a norm before and after both the attention and the feed-forward.
     pub post_norms: bool,
+    /// Phi 3 naming: `qkv_proj` and `gate_up_proj` hold fused matrices.
+    pub fused: bool,
 }
 
 /// The HF name of a tensor the decoder asks for by its GGUF name.
-fn hf_name(gguf: &str, post_norms: bool) -> Option<String> {
+fn hf_name(gguf: &str, post_norms: bool, fused: bool) -> Option<String> {
     let top = match gguf {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -128,6 +131,8 @@ fn hf_name(gguf: &str, post_norms: bool) -> Option<String> {
         "attn_k" => "self_attn.k_proj",
         "attn_v" => "self_attn.v_proj",
         "attn_output" => "self_attn.o_proj",
+        "attn_qkv" => "self_attn.qkv_proj",
+        "ffn_up" if fused => "mlp.gate_up_proj",
         "attn_q_norm" => "self_attn.q_norm",
         "attn_k_norm" => "self_attn.k_norm",
         "ffn_norm" if post_norms => "pre_feedforward_layernorm",
@@ -144,7 +149,7 @@ fn hf_name(gguf: &str, post_norms: bool) -> Option<String> {
 
 impl TensorSource for HfTensors {
     fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
-        let hf = hf_name(name, self.post_norms)
+        let hf = hf_name(name, self.post_norms, self.fused)
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         let entry = self
             .folder
@@ -201,7 +206,7 @@ impl TensorSource for HfTensors {
         if name == "output.weight" {
             return !self.tied;
         }
-        hf_name(name, self.post_norms).is_some_and(|hf| self.folder.get(&hf).is_some())
+        hf_name(name, self.post_norms, self.fused).is_some_and(|hf| self.folder.get(&hf).is_some())
     }
 }
 
@@ -236,30 +241,34 @@ mod tests {
     #[test]
     fn gguf_names_map_to_hf_modules() {
         assert_eq!(
-            hf_name("blk.11.attn_q.weight", false).as_deref(),
+            hf_name("blk.11.attn_q.weight", false, false).as_deref(),
             Some("model.layers.11.self_attn.q_proj.weight")
         );
         assert_eq!(
-            hf_name("blk.0.ffn_norm.weight", false).as_deref(),
+            hf_name("blk.0.ffn_norm.weight", false, false).as_deref(),
             Some("model.layers.0.post_attention_layernorm.weight")
         );
         assert_eq!(
-            hf_name("blk.0.ffn_norm.weight", true).as_deref(),
+            hf_name("blk.0.ffn_norm.weight", true, false).as_deref(),
             Some("model.layers.0.pre_feedforward_layernorm.weight")
         );
         assert_eq!(
-            hf_name("blk.2.post_attention_norm.weight", true).as_deref(),
+            hf_name("blk.2.post_attention_norm.weight", true, false).as_deref(),
             Some("model.layers.2.post_attention_layernorm.weight")
         );
         assert_eq!(
-            hf_name("output.weight", false).as_deref(),
+            hf_name("output.weight", false, false).as_deref(),
             Some("lm_head.weight")
         );
         assert_eq!(
-            hf_name("blk.1.attn_v.bias", false).as_deref(),
+            hf_name("blk.1.attn_v.bias", false, false).as_deref(),
             Some("model.layers.1.self_attn.v_proj.bias")
         );
-        assert_eq!(hf_name("blk.0.post_ffw_norm.weight", false), None);
-        assert_eq!(hf_name("rope_freqs.weight", false), None);
+        assert_eq!(hf_name("blk.0.post_ffw_norm.weight", false, false), None);
+        assert_eq!(hf_name("rope_freqs.weight", false, false), None);
+        assert_eq!(
+            hf_name("blk.3.ffn_up.weight", false, true).as_deref(),
+            Some("model.layers.3.mlp.gate_up_proj.weight")
+        );
     }
 }
