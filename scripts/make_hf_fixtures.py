@@ -12,7 +12,7 @@ so the Qwen2 q/k/v biases are non-zero and the test sees them.
 
 Needs torch, transformers and tokenizers. Usage: make_hf_fixtures.py [OUT_DIR [NAME...]]
 (NAME: llama, llama-bf16, qwen3, qwen2, mistral, gemma, gemma2, gemma3, llama-linear,
-llama-yarn, phi3, phi3-longrope; all of them when none is given)
+llama-yarn, llama-dynamic, phi3, phi3-longrope; all of them when none is given)
 """
 import json
 import os
@@ -194,6 +194,8 @@ def main():
     linear_kw = dict(llama_kw, rope_scaling={"rope_type": "linear", "factor": 4.0})
     yarn_kw = dict(llama_kw, rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                            "original_max_position_embeddings": 64})
+    # Dynamic NTK equals plain rope up to max_position_embeddings (256), all the prompts here.
+    dynamic_kw = dict(llama_kw, rope_scaling={"rope_type": "dynamic", "factor": 4.0})
     # Phi 3: fused qkv / gate-up; a quarter of each head rotates, a sliding window. Phi3Config's
     # pad token default lies outside the tiny vocabulary.
     phi3_kw = dict(common, rope_theta=10000.0, partial_rotary_factor=0.5, sliding_window=WINDOW,
@@ -215,6 +217,7 @@ def main():
         ("gemma3", Gemma3TextConfig, gemma3_kw, gemma_args, torch.float32, False),
         ("llama-linear", LlamaConfig, linear_kw, llama_args, torch.float32, False),
         ("llama-yarn", LlamaConfig, yarn_kw, llama_args, torch.float32, False),
+        ("llama-dynamic", LlamaConfig, dynamic_kw, llama_args, torch.float32, False),
         ("phi3", Phi3Config, phi3_kw, llama_args, torch.float32, False),
         ("phi3-longrope", Phi3Config, phi3_long_kw, llama_args, torch.float32, False),
     ]

@@ -12,6 +12,7 @@ use common::hf::{
     scratch_copy,
 };
 use common::{open_engine, repo_root};
+use hearth_engine::Sequence;
 
 #[test]
 fn mistral_sliding_window_matches_transformers() {
@@ -35,6 +36,49 @@ fn gemma2_matches_transformers() {
 #[test]
 fn gemma3_text_matches_transformers() {
     check_f32_folder("hf-tiny-gemma3");
+}
+
+/// Dynamic NTK: plain rope up to max_position_embeddings, refused beyond (see below).
+#[test]
+fn llama_dynamic_rope_matches_transformers() {
+    check_f32_folder("hf-tiny-llama-dynamic");
+}
+
+/// Where the rope scaling would change (LongRoPE's long factors, dynamic NTK's growing base),
+/// hearth refuses the position with an error naming the limit instead of computing something
+/// else.
+#[test]
+fn positions_past_the_rope_limit_are_refused() {
+    let cases = [
+        (
+            fixture("hf-tiny-phi3-longrope"),
+            64,
+            "original_max_position_embeddings = 64",
+        ),
+        (
+            repo_root().join("tests/fixtures/tiny-phi3-longrope-f32.gguf"),
+            64,
+            "original_context_length = 64",
+        ),
+        (
+            fixture("hf-tiny-llama-dynamic"),
+            256,
+            "max_position_embeddings (256)",
+        ),
+    ];
+    for (path, limit, what) in cases {
+        let mut engine = open_engine(&path);
+        let prompt: Vec<u32> = (0..limit as u32).map(|i| i % 200).collect();
+        let mut seq = Sequence::new();
+        engine
+            .feed(&mut seq, &prompt)
+            .expect("up to the limit runs");
+        let e = engine
+            .step(&mut seq, &[1])
+            .expect_err("the position past the limit is refused")
+            .to_string();
+        assert!(e.contains(what) && e.contains("not supported yet"), "{e}");
+    }
 }
 
 #[test]
@@ -163,7 +207,7 @@ fn the_fixtures_exercise_their_features() {
 
 #[test]
 fn unsupported_rope_types_name_the_key() {
-    for kind in ["dynamic", "ntk"] {
+    for kind in ["ntk", "dynamic-yarn"] {
         let dir = scratch_copy("hf-tiny-llama-yarn", &format!("rope-{kind}"));
         edit(&dir.join("config.json"), "\"yarn\"", &format!("\"{kind}\""));
         let e = load_error(&dir);

@@ -111,10 +111,10 @@ fn bad_folders_give_one_clear_error() {
     );
 
     let dir = scratch_copy("hf-tiny-llama", "rope");
-    edit(&dir.join("config.json"), "\"llama3\"", "\"dynamic\"");
+    edit(&dir.join("config.json"), "\"llama3\"", "\"ntk\"");
     let e = load_error(&dir);
     assert!(
-        e.contains("'rope_parameters.rope_type'") && e.contains("dynamic"),
+        e.contains("'rope_parameters.rope_type'") && e.contains("ntk"),
         "{e}"
     );
 

@@ -51,6 +51,18 @@ pub struct DecoderConfig {
     pub sliding_window: Option<usize>,
     /// `[n_layers]`
     pub layer_kinds: Vec<LayerKind>,
+    /// Positions from which the rope scaling changes in a way hearth does not run yet
+    /// (LongRoPE's long factors, dynamic NTK); a batch reaching them is refused.
+    pub position_limit: Option<PositionLimit>,
+}
+
+/// See [`DecoderConfig::position_limit`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct PositionLimit {
+    /// The first position refused.
+    pub position: usize,
+    /// What is not supported from there on, for the error message.
+    pub reason: String,
 }
 
 impl DecoderConfig {
@@ -251,6 +263,7 @@ impl CommonHparams {
             final_softcap: None,
             sliding_window: None,
             layer_kinds: vec![LayerKind::Global; self.n_layers],
+            position_limit: None,
         }
     }
 }

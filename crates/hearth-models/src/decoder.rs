@@ -200,6 +200,18 @@ impl<B: Backend> DecoderModel<B> {
     ) -> Result<(), ModelError> {
         logits.clear();
         batch.validate(block_size).map_err(ModelError::BadBatch)?;
+        if let Some(limit) = &self.config.position_limit {
+            if let Some(&p) = batch
+                .positions
+                .iter()
+                .find(|&&p| p as usize >= limit.position)
+            {
+                return Err(ModelError::BadBatch(format!(
+                    "position {p} is not supported for this model: {}",
+                    limit.reason
+                )));
+            }
+        }
         if let Some(&t) = batch
             .tokens
             .iter()

@@ -162,7 +162,8 @@ pub fn decoder_config(
     cfg.require_one_of("attention_bias", &[false.into()])?;
     cfg.require_one_of("mlp_bias", &[false.into()])?;
     let n_vocab = cfg.require_usize("vocab_size")?;
-    let rope = super::rope::read(cfg, head_dim, Some("full_attention"))?;
+    let mut rope = super::rope::read(cfg, head_dim, Some("full_attention"))?;
+    let position_limit = rope.position_limit.take();
     let hp = CommonHparams {
         n_embd,
         n_layers: cfg.require_usize("num_hidden_layers")?,
@@ -189,6 +190,7 @@ pub fn decoder_config(
         ));
     }
     c.rope_sliding = c.rope.clone();
+    c.position_limit = position_limit;
     Ok(c)
 }
 
@@ -202,10 +204,10 @@ pub fn layer_type_rope(
     layer_type: &str,
 ) -> Result<RopeSpec, ModelError> {
     let rope = super::rope::read(cfg, head_dim, Some(layer_type))?;
-    if rope.attn_factor != 1.0 {
+    if rope.attn_factor != 1.0 || rope.position_limit.is_some() {
         return Err(cfg.error(
             &format!("rope_parameters.{layer_type}"),
-            "an attention factor for one layer type is not supported yet",
+            "this scaling for one layer type is not supported yet",
         ));
     }
     Ok(RopeSpec {
@@ -288,11 +290,18 @@ mod tests {
                 .expect_err("must fail")
                 .to_string()
         };
-        let e = bad(serde_json::json!({"rope_scaling": {"type": "dynamic", "factor": 2.0}}));
+        let e = bad(serde_json::json!({"rope_scaling": {"type": "ntk", "factor": 2.0}}));
         assert!(
-            e.contains("'rope_scaling.rope_type'") && e.contains("dynamic"),
+            e.contains("'rope_scaling.rope_type'") && e.contains("ntk"),
             "{e}"
         );
+        let e = bad(serde_json::json!({"rope_scaling": {"type": "yarn", "factor": 2.0}}));
+        assert!(
+            e.contains("'rope_scaling.original_max_position_embeddings'") && e.contains("missing"),
+            "{e}"
+        );
+        let e = bad(serde_json::json!({"partial_rotary_factor": 0.1}));
+        assert!(e.contains("'partial_rotary_factor'"), "{e}");
         let e = bad(serde_json::json!({"hidden_act": "gelu"}));
         assert!(e.contains("'hidden_act'") && e.contains("gelu"), "{e}");
         let e = bad(serde_json::json!({"attention_bias": true}));

@@ -20,6 +20,8 @@ pub struct RopeSettings {
     /// transformers multiplies cos and sin by this (YaRN's and LongRoPE's
     /// `attention_factor`), which scales every q·k by its square when all of a head rotates.
     pub attn_factor: f64,
+    /// Where the scaling stops being what hearth runs (see `DecoderConfig::position_limit`).
+    pub position_limit: Option<crate::PositionLimit>,
 }
 
 /// The scaling object and the name errors give it.
@@ -136,6 +138,7 @@ pub fn read(
         freq_scale: 1.0,
         freq_factors: Vec::new(),
         attn_factor: 1.0,
+        position_limit: None,
     };
     scale(&s, &mut out)?;
     Ok(out)
@@ -183,10 +186,24 @@ fn scale(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
             };
         }
         "longrope" | "su" => longrope(s, out)?,
+        // NOTE: transformers' dynamic NTK keeps the plain frequencies until a sequence
+        // outgrows max_position_embeddings, then raises the base with its length.
+        "dynamic" => {
+            s.factor("factor")?;
+            let n = s.cfg.require_usize("max_position_embeddings")?;
+            out.position_limit = Some(crate::PositionLimit {
+                position: n,
+                reason: format!(
+                    "dynamic NTK rope scaling beyond max_position_embeddings ({n}) is not supported yet"
+                ),
+            });
+        }
         other => {
             return Err(s.error(
                 "rope_type",
-                format!("'{other}' is not supported yet (default, linear, llama3, yarn, longrope)"),
+                format!(
+                "'{other}' is not supported yet (default, linear, llama3, yarn, longrope, dynamic)"
+            ),
             ))
         }
     }
@@ -198,7 +215,7 @@ fn scale(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
 /// NOTE: transformers switches from `short_factor` to `long_factor` once a sequence grows
 /// past `original_max_position_embeddings` (llama.cpp: once the context size does). hearth
 /// keeps one set of frequencies for a model and uses the short factors, so it is exact up to
-/// that length; the long factors are not used yet.
+/// that length and refuses positions beyond it: the long factors are not used yet.
 fn longrope(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
     let old_context = match s.num("original_max_position_embeddings")? {
         Some(n) => n,
@@ -213,6 +230,13 @@ fn longrope(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
         None => s.cfg.require_usize("max_position_embeddings")? as f64 / old_context,
     };
     out.freq_factors = s.factor_list("short_factor", out.n_rot / 2)?;
+    out.position_limit = Some(crate::PositionLimit {
+        position: old_context as usize,
+        reason: format!(
+            "LongRoPE's long factors (from original_max_position_embeddings = {old_context} on) \
+             are not supported yet"
+        ),
+    });
     s.factor_list("long_factor", out.n_rot / 2)?;
     out.attn_factor = match s.num("attention_factor")? {
         Some(a) => a,
