@@ -7,6 +7,7 @@ use hearth_gguf::GgufFile;
 use crate::hf::config::{decoder_config, HfConfig};
 use crate::{config::CommonHparams, DecoderConfig, ModelError};
 
+/// A `gemma` GGUF file's config (norm weights already hold 1 + w).
 pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
     let arch = "gemma";
     let hp = CommonHparams::read(file.metadata(), arch)?;

@@ -7,6 +7,7 @@ use hearth_gguf::GgufFile;
 use crate::hf::config::{decoder_config, HfConfig};
 use crate::{config::CommonHparams, DecoderConfig, LayerKind, ModelError};
 
+/// A `gemma2` GGUF file's config.
 pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
     let arch = "gemma2";
     let meta = file.metadata();

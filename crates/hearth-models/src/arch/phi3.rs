@@ -8,6 +8,7 @@ use hearth_gguf::GgufFile;
 use crate::hf::config::{decoder_config, HfConfig};
 use crate::{config::CommonHparams, DecoderConfig, LayerKind, ModelError};
 
+/// A `phi3` GGUF file's config: fused `attn_qkv` and `ffn_up` (gate rows first).
 pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
     let arch = "phi3";
     let meta = file.metadata();
