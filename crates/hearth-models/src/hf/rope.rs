@@ -225,6 +225,12 @@ fn longrope(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
             .ok_or_else(|| s.error("original_max_position_embeddings", "is missing"))?
             as f64,
     };
+    if old_context < 1.0 {
+        return Err(s.error(
+            "original_max_position_embeddings",
+            format!("{old_context} must be positive"),
+        ));
+    }
     let factor = match s.num("factor")? {
         Some(f) => f,
         None => s.cfg.require_usize("max_position_embeddings")? as f64 / old_context,
@@ -237,6 +243,7 @@ fn longrope(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
              are not supported yet"
         ),
     });
+    // Checked though not used yet, so that a malformed config is reported now.
     s.factor_list("long_factor", out.n_rot / 2)?;
     out.attn_factor = match s.num("attention_factor")? {
         Some(a) => a,
