@@ -11,7 +11,8 @@ Random init leaves biases at zero; every non-norm parameter, biases included, is
 so the Qwen2 q/k/v biases are non-zero and the test sees them.
 
 Needs torch, transformers and tokenizers. Usage: make_hf_fixtures.py [OUT_DIR [NAME...]]
-(NAME: llama, llama-bf16, qwen3, qwen2, mixtral, qwen3-moe; all of them when none is given)
+(NAME: llama, llama-bf16, qwen3, qwen2, mixtral, qwen3-moe, mistral, gemma, gemma2, gemma3,
+llama-linear, llama-yarn, llama-dynamic, phi3, phi3-longrope; all of them when none is given)
 
 The sparse mixture-of-experts checkpoints (mixtral, qwen3-moe) have 4 experts per layer and send
 each token to 2 of them; their router weights are redrawn like every other matrix, so tokens
@@ -23,7 +24,8 @@ import sys
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (AutoModelForCausalLM, LlamaConfig, MixtralConfig,
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, GemmaConfig,
+                          LlamaConfig, MistralConfig, MixtralConfig, Phi3Config,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen3Config, Qwen3MoeConfig)
 
 CORPUS = [
@@ -45,11 +47,18 @@ CHAT = [
     {"role": "user", "content": "Hello world!"},
 ]
 N_GREEDY = 8
+# Sliding windows in the fixtures are shorter than the 11-token prompt, so they matter.
+WINDOW = 4
 
 QWEN_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
+    "message['content'] + '<end_of_turn>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
 )
 LLAMA_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
@@ -121,11 +130,14 @@ def build(name, cfg_cls, cfg_kw, specials, template, bos, eos, extra, dtype, sha
     cfg = cfg_cls(vocab_size=vocab, bos_token_id=tok.token_to_id(bos) if bos else None,
                   eos_token_id=tok.token_to_id(eos), **cfg_kw)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg).to(torch.float32)
-    # Random init is small; widen the norms' weights so the test sees them.
+    # Eager attention: the soft-capped Gemma 2 scores need it.
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").to(torch.float32)
+    # Random init is small; widen the norms' weights so the test sees them. Gemma norms scale
+    # by 1 + w, so theirs are centred on 0 (as in released Gemma checkpoints).
+    norm_centre = 0.0 if cfg.model_type.startswith("gemma") else 1.0
     for n, p in model.named_parameters():
         if "norm" in n:
-            p.data = 1.0 + 0.5 * torch.randn_like(p)
+            p.data = norm_centre + 0.5 * torch.randn_like(p)
         else:
             p.data = 0.08 * torch.randn_like(p)
     model = model.to(dtype)
@@ -166,6 +178,44 @@ def main():
     # Qwen3 MoE as released: experts in every layer, top-k weights renormalised.
     qwen3_moe_kw = dict(qwen3_kw, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                         norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
+    mistral_kw = dict(common, rope_theta=10000.0, tie_word_embeddings=False,
+                      sliding_window=WINDOW)
+    gemma_specials = ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]
+    gemma_args = (gemma_specials, GEMMA_TEMPLATE, "<bos>", "<end_of_turn>", {})
+    # Gemma: a head size that is not hidden_size / heads, tied embeddings.
+    gemma_kw = dict(common, head_dim=32, hidden_act="gelu_pytorch_tanh", rope_theta=10000.0,
+                    rms_norm_eps=1e-6, tie_word_embeddings=True)
+    # Gemma 2: small soft caps so that they change the numbers; layer 0 slides, layer 1 is
+    # global. query_pre_attn_scalar = head_dim, as llama.cpp assumes below 27B.
+    gemma2_kw = dict(common, head_dim=16, hidden_activation="gelu_pytorch_tanh",
+                     rope_theta=10000.0, rms_norm_eps=1e-6, query_pre_attn_scalar=16,
+                     sliding_window=WINDOW, attn_logit_softcapping=2.0,
+                     final_logit_softcapping=3.0, tie_word_embeddings=True)
+    # Gemma 3 text: per-layer-type rope (linear scaling on the global layer only), a query
+    # scale that is not 1/√head_dim, QK-norm.
+    gemma3_kw = dict(common, head_dim=16, hidden_activation="gelu_pytorch_tanh",
+                     rms_norm_eps=1e-6, query_pre_attn_scalar=24, sliding_window=WINDOW,
+                     layer_types=["sliding_attention", "full_attention"],
+                     rope_parameters={
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 1000000.0}},
+                     tie_word_embeddings=True)
+    linear_kw = dict(llama_kw, rope_scaling={"rope_type": "linear", "factor": 4.0})
+    yarn_kw = dict(llama_kw, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                           "original_max_position_embeddings": 64})
+    # Dynamic NTK equals plain rope up to max_position_embeddings (256), all the prompts here.
+    dynamic_kw = dict(llama_kw, rope_scaling={"rope_type": "dynamic", "factor": 4.0})
+    # Phi 3: fused qkv / gate-up; a quarter of each head rotates, a sliding window. Phi3Config's
+    # pad token default lies outside the tiny vocabulary.
+    phi3_kw = dict(common, rope_theta=10000.0, partial_rotary_factor=0.5, sliding_window=WINDOW,
+                   pad_token_id=None, tie_word_embeddings=False)
+    # LongRoPE as Phi 3 mini 128k has it (short factors up to the original context).
+    phi3_long_kw = dict(common, rope_theta=10000.0, pad_token_id=None, tie_word_embeddings=False,
+                        original_max_position_embeddings=64,
+                        rope_scaling={"rope_type": "longrope",
+                                      "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.6, 3.3, 4.0],
+                                      "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 12.0, 16.0]})
     jobs = [
         ("mixtral", MixtralConfig, mixtral_kw, llama_args, torch.float32, False),
         ("qwen3-moe", Qwen3MoeConfig, qwen3_moe_kw, qwen_args, torch.float32, False),
@@ -173,6 +223,15 @@ def main():
         ("llama-bf16", LlamaConfig, llama_kw, llama_args, torch.bfloat16, False),
         ("qwen3", Qwen3Config, qwen3_kw, qwen_args, torch.float32, True),
         ("qwen2", Qwen2Config, qwen2_kw, qwen_args, torch.float32, False),
+        ("mistral", MistralConfig, mistral_kw, llama_args, torch.float32, False),
+        ("gemma", GemmaConfig, gemma_kw, gemma_args, torch.float32, False),
+        ("gemma2", Gemma2Config, gemma2_kw, gemma_args, torch.float32, False),
+        ("gemma3", Gemma3TextConfig, gemma3_kw, gemma_args, torch.float32, False),
+        ("llama-linear", LlamaConfig, linear_kw, llama_args, torch.float32, False),
+        ("llama-yarn", LlamaConfig, yarn_kw, llama_args, torch.float32, False),
+        ("llama-dynamic", LlamaConfig, dynamic_kw, llama_args, torch.float32, False),
+        ("phi3", Phi3Config, phi3_kw, llama_args, torch.float32, False),
+        ("phi3-longrope", Phi3Config, phi3_long_kw, llama_args, torch.float32, False),
     ]
     for name, cfg_cls, kw, args, dtype, shard in jobs:
         if not only or name in only:

@@ -3,111 +3,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{argmax, open_engine, read_json, repo_root};
-use hearth_engine::{Engine, EngineOptions, Sequence};
+use common::hf::{
+    check_f32_folder, edit, fixture, load_error, reference, run_prompts, scratch_copy,
+};
+use common::{open_engine, read_json, repo_root};
+use hearth_engine::{Engine, EngineOptions};
 use hearth_tokenizer::{ChatMessage, StreamDecoder};
-use serde::Deserialize;
-
-#[derive(Deserialize)]
-struct Reference {
-    prompts: Vec<PromptRef>,
-    strings: Vec<StringRef>,
-    chat: ChatRef,
-}
-
-#[derive(Deserialize)]
-struct PromptRef {
-    ids: Vec<u32>,
-    hidden_norms: Vec<f32>,
-    last_logits: Vec<f32>,
-    greedy: Vec<u32>,
-}
-
-#[derive(Deserialize)]
-struct StringRef {
-    text: String,
-    ids: Vec<u32>,
-}
-
-#[derive(Deserialize)]
-struct ChatRef {
-    messages: Vec<MessageRef>,
-    ids: Vec<u32>,
-}
-
-#[derive(Deserialize)]
-struct MessageRef {
-    role: String,
-    content: String,
-}
-
-fn fixture(name: &str) -> PathBuf {
-    repo_root().join("tests/fixtures").join(name)
-}
-
-fn reference(dir: &Path) -> Reference {
-    read_json(&dir.join("reference.json"))
-}
-
-/// Largest |hearth − transformers| over the last-position logits of every prompt, and
-/// hearth's greedy tokens per prompt.
-fn run_prompts(engine: &mut Engine, r: &Reference) -> (f32, Vec<Vec<u32>>) {
-    let mut max_diff = 0f32;
-    let mut greedy = Vec::new();
-    for p in &r.prompts {
-        let mut seq = Sequence::new();
-        let mut logits = engine.feed(&mut seq, &p.ids).expect("prompt runs");
-        assert_eq!(logits.len(), p.last_logits.len(), "vocabulary size");
-        let mut diff = 0f32;
-        for (a, b) in logits.iter().zip(&p.last_logits) {
-            diff = diff.max((a - b).abs());
-        }
-        eprintln!(
-            "prompt of {} tokens: max |logit diff| = {diff:e}",
-            p.ids.len()
-        );
-        max_diff = max_diff.max(diff);
-        let mut tokens = Vec::new();
-        for _ in 0..p.greedy.len() {
-            let t = argmax(&logits);
-            tokens.push(t);
-            logits = engine.step(&mut seq, &[t]).expect("step runs");
-        }
-        engine.release(&mut seq);
-        greedy.push(tokens);
-    }
-    (max_diff, greedy)
-}
-
-fn check_f32_folder(name: &str) {
-    let dir = fixture(name);
-    let r = reference(&dir);
-    let mut engine = open_engine(&dir);
-    for p in &r.prompts {
-        let norms = engine.hidden_norms(&p.ids).expect("traced run");
-        assert_eq!(norms.len(), p.hidden_norms.len(), "{name}: hidden states");
-        for (layer, (a, b)) in norms.iter().zip(&p.hidden_norms).enumerate() {
-            // Row `layer` is the input of layer `layer` (the last row: after the final norm).
-            let rel = (a - b).abs() / b.abs().max(1e-6);
-            assert!(
-                rel < 1e-3,
-                "{name}: hidden state {layer} norm {a}, transformers {b}"
-            );
-        }
-    }
-    let (max_diff, greedy) = run_prompts(&mut engine, &r);
-    eprintln!("{name}: max |logit diff| = {max_diff:e}");
-    for (got, p) in greedy.iter().zip(&r.prompts) {
-        assert_eq!(got, &p.greedy, "{name}: greedy tokens after {:?}", p.ids);
-    }
-    // NOTE: the KV cache holds f16, so every key and value is rounded to 11 significant bits
-    // (relative 2^-11 ≈ 4.9e-4); with logits up to ~3 that alone moves them by up to ~1.5e-3,
-    // even for a one-token prompt whose attention output is its own value row. A wrong rope,
-    // norm or tensor mapping moves them by tenths or more.
-    assert!(max_diff < 2e-3, "{name}: max |logit diff| {max_diff}");
-}
 
 #[test]
 fn llama_f32_matches_transformers() {
@@ -265,41 +168,6 @@ fn special_tokens_come_from_the_folder() {
     assert_eq!(qwen.info().n_params, 118_144);
 }
 
-/// A scratch copy of a fixture folder.
-fn scratch_copy(name: &str, tag: &str) -> PathBuf {
-    let dst = std::env::temp_dir().join(format!("hearth-hf-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dst);
-    std::fs::create_dir_all(&dst).expect("scratch dir");
-    for entry in std::fs::read_dir(fixture(name)).expect("fixture dir") {
-        let path = entry.expect("entry").path();
-        let name = path.file_name().expect("file name");
-        std::fs::copy(&path, dst.join(name)).expect("copy");
-    }
-    dst
-}
-
-/// The error loading `dir` gives; removes `dir`.
-fn load_error(dir: &Path) -> String {
-    let opts = EngineOptions {
-        n_ctx: 64,
-        n_threads: 1,
-        device: common::test_device(),
-        ..EngineOptions::default()
-    };
-    let result = Engine::load(dir, &opts);
-    let _ = std::fs::remove_dir_all(dir);
-    match result {
-        Ok(_) => panic!("{} loaded", dir.display()),
-        Err(e) => e.to_string(),
-    }
-}
-
-fn edit(path: &Path, from: &str, to: &str) {
-    let text = std::fs::read_to_string(path).expect("read");
-    assert!(text.contains(from), "{} lacks {from}", path.display());
-    std::fs::write(path, text.replace(from, to)).expect("write");
-}
-
 #[test]
 fn bad_folders_give_one_clear_error() {
     let dir = scratch_copy("hf-tiny-llama", "noconfig");
@@ -321,10 +189,10 @@ fn bad_folders_give_one_clear_error() {
     );
 
     let dir = scratch_copy("hf-tiny-llama", "rope");
-    edit(&dir.join("config.json"), "\"llama3\"", "\"yarn\"");
+    edit(&dir.join("config.json"), "\"llama3\"", "\"ntk\"");
     let e = load_error(&dir);
     assert!(
-        e.contains("'rope_parameters.rope_type'") && e.contains("yarn"),
+        e.contains("'rope_parameters.rope_type'") && e.contains("ntk"),
         "{e}"
     );
 

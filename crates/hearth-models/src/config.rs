@@ -35,6 +35,9 @@ pub struct DecoderConfig {
     pub qk_norm: bool,
     /// Learned biases added to the query, key and value projections (Qwen 2).
     pub attn_qkv_bias: bool,
+    /// Queries, keys and values are one stored matrix (`attn_qkv`, `[q + k + v rows]`), and
+    /// gate and up are one (`ffn_up`, gate rows first) (Phi 3).
+    pub fused_projections: bool,
     /// Extra RMS norms on the attention and feed-forward outputs (Gemma 2/3).
     pub post_norms: bool,
     /// Embeddings are multiplied by this (Gemma: √n_embd).
@@ -51,6 +54,18 @@ pub struct DecoderConfig {
     /// Sparse mixture-of-experts feed-forward in every layer (Mixtral, Qwen 3 MoE);
     /// `None`: a dense one of width `n_ff`.
     pub moe: Option<MoeConfig>,
+    /// Positions from which the rope scaling changes in a way hearth does not run yet
+    /// (LongRoPE's long factors, dynamic NTK); a batch reaching them is refused.
+    pub position_limit: Option<PositionLimit>,
+}
+
+/// See [`DecoderConfig::position_limit`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct PositionLimit {
+    /// The first position refused.
+    pub position: usize,
+    /// What is not supported from there on, for the error message.
+    pub reason: String,
 }
 
 impl DecoderConfig {
@@ -73,6 +88,66 @@ pub struct CommonHparams {
     pub n_rot: usize,
     pub freq_base: f32,
     pub freq_scale: f32,
+    /// Per-frequency divisors (YaRN), length `n_rot / 2`, or empty.
+    pub freq_factors: Vec<f32>,
+    /// Rope's scale of cos and sin (YaRN), which scales q·k by its square.
+    pub attn_factor: f64,
+}
+
+/// What `{arch}.rope.scaling.*` asks for.
+struct RopeScaling {
+    freq_scale: f32,
+    freq_factors: Vec<f32>,
+    attn_factor: f64,
+}
+
+impl RopeScaling {
+    /// `{arch}.rope.scaling.type` (none, linear, yarn; absent with a factor: linear, as
+    /// llama.cpp reads it) and its parameters.
+    fn read(meta: &Metadata, arch: &str, theta: f32, n_rot: usize) -> Result<Self, ModelError> {
+        let key = |k: &str| format!("{arch}.rope.scaling.{k}");
+        let mut out = Self {
+            freq_scale: 1.0,
+            freq_factors: Vec::new(),
+            attn_factor: 1.0,
+        };
+        let factor = match meta.get_f32(&key("factor"))? {
+            Some(f) if f > 0.0 => Some(f as f64),
+            Some(f) => return Err(bad(key("factor"), format!("{f} must be positive"))),
+            None => None,
+        };
+        let kind = meta.get_str(&key("type"))?;
+        match (kind, factor) {
+            (Some("none"), _) | (None | Some("linear"), None) => {}
+            (None | Some("linear"), Some(f)) => out.freq_scale = (1.0 / f) as f32,
+            (Some("yarn"), _) => {
+                let f = factor.ok_or_else(|| bad(key("factor"), "is missing".into()))?;
+                let old = meta.require_u32(&key("original_context_length"))?;
+                let yarn = crate::rope_scaling::Yarn {
+                    factor: f,
+                    old_context: old as f64,
+                    beta_fast: meta.get_f32(&key("yarn_beta_fast"))?.unwrap_or(32.0) as f64,
+                    beta_slow: meta.get_f32(&key("yarn_beta_slow"))?.unwrap_or(1.0) as f64,
+                    truncate: true,
+                };
+                out.freq_factors = yarn.factors(theta as f64, n_rot);
+                // llama.cpp: mscale = attn_factor · (1 + 0.1 ln factor).
+                let attn = meta.get_f32(&key("attn_factor"))?.unwrap_or(1.0) as f64;
+                out.attn_factor = attn * crate::rope_scaling::yarn_attn_factor(f, None, None);
+            }
+            (Some(other), _) => {
+                return Err(bad(
+                    key("type"),
+                    format!("'{other}' is not supported yet (none, linear, yarn)"),
+                ))
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn bad(key: String, reason: String) -> ModelError {
+    ModelError::BadConfig { key, reason }
 }
 
 fn positive(key: &str, value: u32) -> Result<usize, ModelError> {
@@ -129,12 +204,14 @@ impl CommonHparams {
                 reason: format!("{n_rot} is not an even number ≤ head size {head_dim}"),
             });
         }
-        let freq_scale = match meta.get_f32(&key("rope.scaling.factor"))? {
-            Some(f) if f > 0.0 && meta.get_str(&key("rope.scaling.type"))? != Some("none") => {
-                1.0 / f
-            }
-            _ => 1.0,
-        };
+        let freq_base = meta.get_f32(&key("rope.freq_base"))?.unwrap_or(10000.0);
+        let scaling = RopeScaling::read(meta, arch, freq_base, n_rot)?;
+        if scaling.attn_factor != 1.0 && n_rot != head_dim {
+            return Err(ModelError::BadConfig {
+                key: key("rope.scaling.type"),
+                reason: "an attention factor with a partial rotation is not supported yet".into(),
+            });
+        }
         Ok(Self {
             n_embd,
             n_layers,
@@ -147,8 +224,10 @@ impl CommonHparams {
                 .get_f32(&key("attention.layer_norm_rms_epsilon"))?
                 .unwrap_or(1e-5),
             n_rot,
-            freq_base: meta.get_f32(&key("rope.freq_base"))?.unwrap_or(10000.0),
-            freq_scale,
+            freq_base,
+            freq_scale: scaling.freq_scale,
+            freq_factors: scaling.freq_factors,
+            attn_factor: scaling.attn_factor,
         })
     }
 
@@ -160,7 +239,7 @@ impl CommonHparams {
             n_rot: self.n_rot,
             freq_base: self.freq_base,
             freq_scale: self.freq_scale,
-            freq_factors: Vec::new(),
+            freq_factors: self.freq_factors,
         };
         DecoderConfig {
             arch: arch.to_string(),
@@ -177,15 +256,18 @@ impl CommonHparams {
             rope,
             qk_norm: false,
             attn_qkv_bias: false,
+            fused_projections: false,
             post_norms: false,
             embed_scale: None,
             activation: Activation::Silu,
-            attn_scale: 1.0 / (self.head_dim as f32).sqrt(),
+            attn_scale: (self.attn_factor * self.attn_factor) as f32
+                / (self.head_dim as f32).sqrt(),
             attn_softcap: None,
             final_softcap: None,
             sliding_window: None,
             layer_kinds: vec![LayerKind::Global; self.n_layers],
             moe: None,
+            position_limit: None,
         }
     }
 }

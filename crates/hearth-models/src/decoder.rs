@@ -107,11 +107,45 @@ impl<B: Backend> DecoderModel<B> {
                         Ok(None)
                     }
                 };
+            // Row ranges of the fused matrices (Phi 3), in the order they are stacked.
+            let qkv = q_dim + 2 * kv_dim;
+            let [wq, wk, wv] = if c.fused_projections {
+                [
+                    loader.load_rows(&n("attn_qkv"), qkv, e, 0..q_dim)?,
+                    loader.load_rows(&n("attn_qkv"), qkv, e, q_dim..q_dim + kv_dim)?,
+                    loader.load_rows(&n("attn_qkv"), qkv, e, q_dim + kv_dim..qkv)?,
+                ]
+            } else {
+                [
+                    loader.load(&n("attn_q"), q_dim, e)?,
+                    loader.load(&n("attn_k"), kv_dim, e)?,
+                    loader.load(&n("attn_v"), kv_dim, e)?,
+                ]
+            };
+            let ffn = match &c.moe {
+                Some(moe) => Ffn::Sparse(SparseFfn::load(loader, i, moe, e)?),
+                None => {
+                    let ff = c.n_ff;
+                    let [gate, up] = if c.fused_projections {
+                        [
+                            loader.load_rows(&n("ffn_up"), 2 * ff, e, 0..ff)?,
+                            loader.load_rows(&n("ffn_up"), 2 * ff, e, ff..2 * ff)?,
+                        ]
+                    } else {
+                        [
+                            loader.load(&n("ffn_gate"), ff, e)?,
+                            loader.load(&n("ffn_up"), ff, e)?,
+                        ]
+                    };
+                    let down = loader.load(&n("ffn_down"), e, ff)?;
+                    Ffn::Dense { gate, up, down }
+                }
+            };
             layers.push(Layer {
                 attn_norm: loader.load(&n("attn_norm"), 1, e)?,
-                wq: loader.load(&n("attn_q"), q_dim, e)?,
-                wk: loader.load(&n("attn_k"), kv_dim, e)?,
-                wv: loader.load(&n("attn_v"), kv_dim, e)?,
+                wq,
+                wk,
+                wv,
                 wo: loader.load(&n("attn_output"), e, q_dim)?,
                 q_norm: norm_opt("attn_q_norm", c.head_dim, c.qk_norm)?,
                 k_norm: norm_opt("attn_k_norm", c.head_dim, c.qk_norm)?,
@@ -122,14 +156,7 @@ impl<B: Backend> DecoderModel<B> {
                 },
                 attn_post_norm: norm_opt("post_attention_norm", e, c.post_norms)?,
                 ffn_norm: loader.load(&n("ffn_norm"), 1, e)?,
-                ffn: match &c.moe {
-                    Some(moe) => Ffn::Sparse(SparseFfn::load(loader, i, moe, e)?),
-                    None => Ffn::Dense {
-                        gate: loader.load(&n("ffn_gate"), c.n_ff, e)?,
-                        up: loader.load(&n("ffn_up"), c.n_ff, e)?,
-                        down: loader.load(&n("ffn_down"), e, c.n_ff)?,
-                    },
-                },
+                ffn,
                 ffn_post_norm: norm_opt("post_ffw_norm", e, c.post_norms)?,
             });
         }
@@ -202,6 +229,18 @@ impl<B: Backend> DecoderModel<B> {
     ) -> Result<(), ModelError> {
         logits.clear();
         batch.validate(block_size).map_err(ModelError::BadBatch)?;
+        if let Some(limit) = &self.config.position_limit {
+            if let Some(&p) = batch
+                .positions
+                .iter()
+                .find(|&&p| p as usize >= limit.position)
+            {
+                return Err(ModelError::BadBatch(format!(
+                    "position {p} is not supported for this model: {}",
+                    limit.reason
+                )));
+            }
+        }
         if let Some(&t) = batch
             .tokens
             .iter()

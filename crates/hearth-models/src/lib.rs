@@ -15,9 +15,10 @@ pub mod hf;
 mod loader;
 mod moe;
 pub mod registry;
+mod rope_scaling;
 
 pub use batch::Batch;
-pub use config::{DecoderConfig, LayerKind};
+pub use config::{DecoderConfig, LayerKind, PositionLimit};
 pub use decoder::DecoderModel;
 pub use error::ModelError;
 pub use loader::{GgufTensorBytes, TensorLoader, TensorSource};

@@ -65,6 +65,19 @@ fn tensor_index(file: &GgufFile, name: &str) -> Result<usize, ModelError> {
         .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
 }
 
+/// A byte range of another tensor's bytes (some rows of a fused matrix).
+struct RowSlice {
+    whole: Arc<dyn ByteSource>,
+    start: usize,
+    len: usize,
+}
+
+impl ByteSource for RowSlice {
+    fn bytes(&self) -> &[u8] {
+        &self.whole.bytes()[self.start..self.start + self.len]
+    }
+}
+
 impl TensorSource for Arc<GgufFile> {
     fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
         let index = tensor_index(self, name)?;
@@ -206,6 +219,41 @@ impl<'b, B: Backend> TensorLoader<'b, B> {
             }
         })?;
         Ok(out)
+    }
+
+    /// Rows `rows` of tensor `name` (`[n_rows, cols]` in all) prepared by the backend: one
+    /// part of a fused matrix (Phi 3's `qkv_proj`). The part is a view of the stored bytes,
+    /// not a copy.
+    pub fn load_rows(
+        &self,
+        name: &str,
+        n_rows: usize,
+        cols: usize,
+        rows: std::ops::Range<usize>,
+    ) -> Result<B::Weight, ModelError> {
+        let w = self.host(name, n_rows, cols)?;
+        let bad = |reason: String| ModelError::BadTensor {
+            name: name.to_string(),
+            reason,
+        };
+        if rows.end > n_rows || rows.is_empty() || !cols.is_multiple_of(w.ty.block_size()) {
+            return Err(bad(format!(
+                "cannot take rows {rows:?} of [{n_rows}, {cols}]"
+            )));
+        }
+        let row_bytes = cols / w.ty.block_size() * w.ty.type_size();
+        let part = HostWeight {
+            name: format!("{name}[{}..{}]", rows.start, rows.end),
+            ty: w.ty,
+            rows: rows.len(),
+            cols,
+            data: Arc::new(RowSlice {
+                whole: w.data,
+                start: rows.start * row_bytes,
+                len: rows.len() * row_bytes,
+            }),
+        };
+        Ok(self.backend.load_weight(part)?)
     }
 
     /// Like [`Self::load`], but `None` when the source has no such tensor.

@@ -17,8 +17,11 @@ pub const ARCHITECTURES: &[(&str, ConfigFn)] = &[
     ("llama", arch::llama::config),
     ("qwen2", arch::qwen2::config),
     ("qwen3", arch::qwen3::config),
+    ("gemma", arch::gemma::config),
+    ("gemma2", arch::gemma2::config),
     ("gemma3", arch::gemma3::config),
     ("qwen3moe", arch::qwen3moe::config),
+    ("phi3", arch::phi3::config),
 ];
 
 /// HF `architectures[0]` → how to configure it from `config.json`.
@@ -28,6 +31,11 @@ pub const HF_ARCHITECTURES: &[(&str, HfConfigFn)] = &[
     ("Qwen3ForCausalLM", arch::qwen3::hf_config),
     ("MixtralForCausalLM", arch::mixtral::hf_config),
     ("Qwen3MoeForCausalLM", arch::qwen3moe::hf_config),
+    ("MistralForCausalLM", arch::mistral::hf_config),
+    ("GemmaForCausalLM", arch::gemma::hf_config),
+    ("Gemma2ForCausalLM", arch::gemma2::hf_config),
+    ("Gemma3ForCausalLM", arch::gemma3::hf_config),
+    ("Phi3ForCausalLM", arch::phi3::hf_config),
 ];
 
 /// How to configure the HF architecture `name`.

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use hearth_engine::{Device, Engine, EngineOptions};
 
+pub mod hf;
+
 /// The repository root: where this crate was built from, or the working directory when the
 /// test binary runs from a copy of the repository elsewhere (a GPU machine without Rust).
 pub fn repo_root() -> PathBuf {

@@ -4,6 +4,7 @@
 use hearth_backend::{Activation, RopeKind};
 use hearth_gguf::GgufFile;
 
+use crate::hf::config::{decoder_config, layer_type_rope, HfConfig};
 use crate::{config::CommonHparams, DecoderConfig, LayerKind, ModelError};
 
 /// Every sixth layer attends globally; the others see a sliding window.
@@ -46,5 +47,33 @@ pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
         .collect();
     c.rope_sliding.freq_base = SLIDING_ROPE_BASE;
     c.rope_sliding.freq_scale = 1.0;
+    Ok(c)
+}
+
+/// A `Gemma3ForCausalLM` (text-only) checkpoint's config: Gemma 2's layout without its soft
+/// caps (unless set), QK-norm, and a rope of their own for the sliding-window layers.
+pub fn hf_config(cfg: &HfConfig) -> Result<DecoderConfig, ModelError> {
+    let mut c = super::gemma::gemma_common(decoder_config(cfg, "gemma3", RopeKind::Neox)?);
+    c.post_norms = true;
+    c.qk_norm = true;
+    super::gemma2::hf_gemma_attention(cfg, &mut c, SLIDING_PATTERN)?;
+    c.attn_softcap = super::gemma2::hf_softcap(cfg, "attn_logit_softcapping")?;
+    c.final_softcap = super::gemma2::hf_softcap(cfg, "final_logit_softcapping")?;
+    let nested = cfg
+        .get("rope_parameters")
+        .is_some_and(|p| p.get("sliding_attention").is_some());
+    if nested {
+        c.rope_sliding = layer_type_rope(cfg, c.head_dim, RopeKind::Neox, "sliding_attention")?;
+    } else {
+        // Older configs: `rope_scaling` is for the global layers only; the sliding ones
+        // use `rope_local_base_freq` unscaled.
+        let base = cfg
+            .f64("rope_local_base_freq")?
+            .unwrap_or(SLIDING_ROPE_BASE as f64);
+        c.rope_sliding = c.rope.clone();
+        c.rope_sliding.freq_base = base as f32;
+        c.rope_sliding.freq_scale = 1.0;
+        c.rope_sliding.freq_factors.clear();
+    }
     Ok(c)
 }

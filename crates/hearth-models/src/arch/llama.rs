@@ -12,7 +12,10 @@ pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
     // NOTE: llama.cpp's converter permutes Q/K rows so that adjacent-pair rope reproduces HF's
     // rotate-half; so GGUF llama files use the "normal" (adjacent) rope.
     let mut c = hp.into_config(arch, super::n_vocab(file)?, RopeKind::Normal);
-    c.rope.freq_factors = rope_freq_factors(file, c.rope.n_rot)?;
+    let factors = rope_freq_factors(file, c.rope.n_rot)?;
+    if !factors.is_empty() {
+        c.rope.freq_factors = factors;
+    }
     c.rope_sliding = c.rope.clone();
     // Mixtral is "llama" with experts: each expert is `feed_forward_length` wide.
     c.moe = MoeConfig::from_gguf(file.metadata(), arch, "feed_forward_length")?;

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hearth_backend::RopeKind;
+use hearth_backend::{Activation, RopeKind, RopeSpec};
 use serde_json::{Map, Value};
 
 use crate::config::CommonHparams;
@@ -158,11 +158,12 @@ pub fn decoder_config(
     if head_dim % 2 != 0 {
         return Err(cfg.error("head_dim", format!("{head_dim} is odd; rope needs pairs")));
     }
-    cfg.require_one_of("hidden_act", &["silu".into()])?;
+    let activation = activation(cfg, arch)?;
     cfg.require_one_of("attention_bias", &[false.into()])?;
     cfg.require_one_of("mlp_bias", &[false.into()])?;
     let n_vocab = cfg.require_usize("vocab_size")?;
-    let rope = super::rope::read(cfg, head_dim)?;
+    let mut rope = super::rope::read(cfg, head_dim, Some("full_attention"))?;
+    let position_limit = rope.position_limit.take();
     let hp = CommonHparams {
         n_embd,
         n_layers: cfg.require_usize("num_hidden_layers")?,
@@ -172,14 +173,72 @@ pub fn decoder_config(
         n_ff: cfg.require_usize("intermediate_size")?,
         n_ctx_train: cfg.usize("max_position_embeddings")?.unwrap_or(2048),
         rms_eps: cfg.f64("rms_norm_eps")?.unwrap_or(1e-6) as f32,
-        n_rot: head_dim,
+        n_rot: rope.n_rot,
         freq_base: rope.theta as f32,
         freq_scale: rope.freq_scale,
+        freq_factors: rope.freq_factors,
+        attn_factor: rope.attn_factor,
     };
     let mut c = hp.into_config(arch, n_vocab, rope_kind);
-    c.rope.freq_factors = rope.freq_factors;
+    c.activation = activation;
+    if rope.attn_factor != 1.0 && rope.n_rot != head_dim {
+        // NOTE: the factor scales the rotated values only; with a partial rotation that is
+        // not one scale of q·k.
+        return Err(cfg.error(
+            "partial_rotary_factor",
+            "a rope attention factor with a partial rotation is not supported yet",
+        ));
+    }
     c.rope_sliding = c.rope.clone();
+    c.position_limit = position_limit;
     Ok(c)
+}
+
+/// The rope of `layer_type` layers (`sliding_attention`) where a config gives each layer type
+/// its own (Gemma 3); `None` when its scaling changes the attention scale, which the decoder
+/// keeps one of.
+pub fn layer_type_rope(
+    cfg: &HfConfig,
+    head_dim: usize,
+    kind: RopeKind,
+    layer_type: &str,
+) -> Result<RopeSpec, ModelError> {
+    let rope = super::rope::read(cfg, head_dim, Some(layer_type))?;
+    if rope.attn_factor != 1.0 || rope.position_limit.is_some() {
+        return Err(cfg.error(
+            &format!("rope_parameters.{layer_type}"),
+            "this scaling for one layer type is not supported yet",
+        ));
+    }
+    Ok(RopeSpec {
+        kind,
+        n_rot: rope.n_rot,
+        freq_base: rope.theta as f32,
+        freq_scale: rope.freq_scale,
+        freq_factors: rope.freq_factors,
+    })
+}
+
+/// The feed-forward nonlinearity: `hidden_activation` (Gemma), else `hidden_act`.
+fn activation(cfg: &HfConfig, arch: &str) -> Result<Activation, ModelError> {
+    let key = if cfg.get("hidden_activation").is_some() {
+        "hidden_activation"
+    } else {
+        "hidden_act"
+    };
+    match cfg.str(key)? {
+        // transformers' defaults when the key is absent.
+        None if arch.starts_with("gemma") => Ok(Activation::GeluTanh),
+        None | Some("silu") => Ok(Activation::Silu),
+        Some("gelu_pytorch_tanh") => Ok(Activation::GeluTanh),
+        // NOTE: released Gemma configs say "gelu"; transformers reads that as the tanh
+        // approximation for Gemma (and only there).
+        Some("gelu") if arch.starts_with("gemma") => Ok(Activation::GeluTanh),
+        Some(other) => Err(cfg.error(
+            key,
+            format!("'{other}' is not supported (silu, gelu_pytorch_tanh)"),
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -231,11 +290,18 @@ mod tests {
                 .expect_err("must fail")
                 .to_string()
         };
-        let e = bad(serde_json::json!({"rope_scaling": {"type": "dynamic", "factor": 2.0}}));
+        let e = bad(serde_json::json!({"rope_scaling": {"type": "ntk", "factor": 2.0}}));
         assert!(
-            e.contains("'rope_scaling.rope_type'") && e.contains("dynamic"),
+            e.contains("'rope_scaling.rope_type'") && e.contains("ntk"),
             "{e}"
         );
+        let e = bad(serde_json::json!({"rope_scaling": {"type": "yarn", "factor": 2.0}}));
+        assert!(
+            e.contains("'rope_scaling.original_max_position_embeddings'") && e.contains("missing"),
+            "{e}"
+        );
+        let e = bad(serde_json::json!({"partial_rotary_factor": 0.1}));
+        assert!(e.contains("'partial_rotary_factor'"), "{e}");
         let e = bad(serde_json::json!({"hidden_act": "gelu"}));
         assert!(e.contains("'hidden_act'") && e.contains("gelu"), "{e}");
         let e = bad(serde_json::json!({"attention_bias": true}));
@@ -244,5 +310,46 @@ mod tests {
         assert!(e.contains("'num_key_value_heads'"), "{e}");
         let e = bad(serde_json::json!({"hidden_size": "64"}));
         assert!(e.contains("'hidden_size'"), "{e}");
+    }
+
+    /// Yi checkpoints are `LlamaForCausalLM` with Yi's own numbers (01-ai/Yi-6B's config).
+    #[test]
+    fn a_yi_config_loads_as_llama() {
+        let yi = config(serde_json::json!({
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+            "num_hidden_layers": 32, "num_key_value_heads": 4, "vocab_size": 64000,
+            "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 5000000.0,
+            "hidden_act": "silu", "pretraining_tp": 1, "tie_word_embeddings": false,
+            "rope_scaling": null, "attention_bias": false, "bos_token_id": 1,
+            "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "bfloat16"
+        }));
+        let c = crate::arch::llama::hf_config(&yi).expect("Yi config");
+        assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (32, 4, 128));
+        assert_eq!(c.rope.freq_base, 5_000_000.0);
+        assert_eq!(c.activation, Activation::Silu);
+        assert_eq!(c.n_ctx_train, 4096);
+    }
+
+    /// Older Gemma 3 configs: `rope_scaling` applies to the global layers only, the sliding
+    /// ones use `rope_local_base_freq`.
+    #[test]
+    fn an_old_style_gemma3_config_splits_its_rope() {
+        let g = config(llama(serde_json::json!({
+            "head_dim": 16, "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 4,
+            "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+            "query_pre_attn_scalar": 24, "sliding_window_pattern": 2,
+        })));
+        let c = crate::arch::gemma3::hf_config(&g).expect("Gemma 3 config");
+        assert_eq!((c.rope.freq_base, c.rope.freq_scale), (1_000_000.0, 0.125));
+        assert_eq!(
+            (c.rope_sliding.freq_base, c.rope_sliding.freq_scale),
+            (10_000.0, 1.0)
+        );
+        assert_eq!(c.layer_kinds[0], crate::LayerKind::Sliding);
+        assert_eq!(c.layer_kinds[1], crate::LayerKind::Global);
+        assert_eq!(c.activation, Activation::GeluTanh);
+        assert!((c.attn_scale - 24f32.sqrt().recip()).abs() < 1e-7);
     }
 }

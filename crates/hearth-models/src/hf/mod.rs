@@ -52,13 +52,27 @@ impl HfCheckpoint {
         let tied = cfg.bool("tie_word_embeddings", false)?;
         let (eos_ids, bos_id) = generation_ids(dir, &cfg)?;
         let folder = Arc::new(SafetensorsFolder::open(dir)?);
+        // NOTE: HF Gemma checkpoints store w and scale by (1 + w); llama.cpp's converter stores
+        // 1 + w, which is what the decoder's RMS norm multiplies by.
+        let norm_offset = if config.arch.starts_with("gemma") {
+            1.0
+        } else {
+            0.0
+        };
+        let (post_norms, fused) = (config.post_norms, config.fused_projections);
         Ok(Self {
             dir: dir.to_path_buf(),
             hf_arch,
             config,
             eos_ids,
             bos_id,
-            tensors: Arc::new(HfTensors { folder, tied }),
+            tensors: Arc::new(HfTensors {
+                folder,
+                tied,
+                norm_offset,
+                post_norms,
+                fused,
+            }),
         })
     }
 }
@@ -86,10 +100,16 @@ pub struct HfTensors {
     pub folder: Arc<SafetensorsFolder>,
     /// `tie_word_embeddings`: the output projection is the embedding table.
     pub tied: bool,
+    /// Added to every norm weight as it loads (1 for Gemma, whose norms scale by 1 + w).
+    pub norm_offset: f32,
+    /// Gemma 2/3 naming: a norm before and after both the attention and the feed-forward.
+    pub post_norms: bool,
+    /// Phi 3 naming: `qkv_proj` and `gate_up_proj` hold fused matrices.
+    pub fused: bool,
 }
 
 /// The HF name of a tensor the decoder asks for by its GGUF name.
-fn hf_name(gguf: &str) -> Option<String> {
+fn hf_name(gguf: &str, post_norms: bool, fused: bool) -> Option<String> {
     let top = match gguf {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -111,9 +131,14 @@ fn hf_name(gguf: &str) -> Option<String> {
         "attn_k" => "self_attn.k_proj",
         "attn_v" => "self_attn.v_proj",
         "attn_output" => "self_attn.o_proj",
+        "attn_qkv" => "self_attn.qkv_proj",
+        "ffn_up" if fused => "mlp.gate_up_proj",
         "attn_q_norm" => "self_attn.q_norm",
         "attn_k_norm" => "self_attn.k_norm",
+        "ffn_norm" if post_norms => "pre_feedforward_layernorm",
         "ffn_norm" => "post_attention_layernorm",
+        "post_attention_norm" if post_norms => "post_attention_layernorm",
+        "post_ffw_norm" if post_norms => "post_feedforward_layernorm",
         "ffn_gate" => "mlp.gate_proj",
         "ffn_up" => "mlp.up_proj",
         "ffn_down" => "mlp.down_proj",
@@ -190,7 +215,8 @@ impl TensorSource for HfTensors {
     }
 
     fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
-        let hf = hf_name(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let hf = hf_name(name, self.post_norms, self.fused)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         self.weight(self.resolve(hf)?, rows, cols)
     }
 
@@ -199,7 +225,7 @@ impl TensorSource for HfTensors {
         if name == "output.weight" {
             return !self.tied;
         }
-        hf_name(name).is_some_and(|hf| self.resolve(hf).is_ok())
+        hf_name(name, self.post_norms, self.fused).is_some_and(|hf| self.resolve(hf).is_ok())
     }
 }
 
@@ -229,6 +255,9 @@ impl HfTensors {
             return Err(bad(format!("shape {:?}, expected {want:?}", entry.shape)));
         }
         let bytes = self.folder.bytes(entry);
+        if self.norm_offset != 0.0 && hf.ends_with("norm.weight") {
+            return offset_norm(hf, ty, rows, cols, bytes, self.norm_offset);
+        }
         let elem = if ty == hearth_quant::GgmlType::F32 {
             4
         } else {
@@ -252,6 +281,30 @@ impl HfTensors {
             data,
         })
     }
+}
+
+/// A norm weight with `offset` added to each value, as f32 (norm vectors are small).
+fn offset_norm(
+    name: String,
+    ty: hearth_quant::GgmlType,
+    rows: usize,
+    cols: usize,
+    bytes: &[u8],
+    offset: f32,
+) -> Result<HostWeight, ModelError> {
+    let mut values = vec![0f32; rows * cols];
+    hearth_quant::dequantize_row(ty, bytes, &mut values).map_err(|e| ModelError::BadTensor {
+        name: name.clone(),
+        reason: e.to_string(),
+    })?;
+    values.iter_mut().for_each(|v| *v += offset);
+    Ok(HostWeight {
+        name,
+        ty: hearth_quant::GgmlType::F32,
+        rows,
+        cols,
+        data: Arc::new(AlignedBytes::copy_of(bytemuck::cast_slice(&values))),
+    })
 }
 
 #[cfg(test)]
@@ -278,7 +331,7 @@ mod tests {
             m("model.layers.0.mlp.experts.0.down_proj.weight").as_deref(),
             Some("model.layers.0.block_sparse_moe.experts.0.w2.weight")
         );
-        let router = hf_name("blk.2.ffn_gate_inp.weight").expect("router");
+        let router = hf_name("blk.2.ffn_gate_inp.weight", false, false).expect("router");
         assert_eq!(router, "model.layers.2.mlp.gate.weight");
         assert_eq!(
             m(&router).as_deref(),
@@ -290,19 +343,34 @@ mod tests {
     #[test]
     fn gguf_names_map_to_hf_modules() {
         assert_eq!(
-            hf_name("blk.11.attn_q.weight").as_deref(),
+            hf_name("blk.11.attn_q.weight", false, false).as_deref(),
             Some("model.layers.11.self_attn.q_proj.weight")
         );
         assert_eq!(
-            hf_name("blk.0.ffn_norm.weight").as_deref(),
+            hf_name("blk.0.ffn_norm.weight", false, false).as_deref(),
             Some("model.layers.0.post_attention_layernorm.weight")
         );
-        assert_eq!(hf_name("output.weight").as_deref(), Some("lm_head.weight"));
         assert_eq!(
-            hf_name("blk.1.attn_v.bias").as_deref(),
+            hf_name("blk.0.ffn_norm.weight", true, false).as_deref(),
+            Some("model.layers.0.pre_feedforward_layernorm.weight")
+        );
+        assert_eq!(
+            hf_name("blk.2.post_attention_norm.weight", true, false).as_deref(),
+            Some("model.layers.2.post_attention_layernorm.weight")
+        );
+        assert_eq!(
+            hf_name("output.weight", false, false).as_deref(),
+            Some("lm_head.weight")
+        );
+        assert_eq!(
+            hf_name("blk.1.attn_v.bias", false, false).as_deref(),
             Some("model.layers.1.self_attn.v_proj.bias")
         );
-        assert_eq!(hf_name("blk.0.post_ffw_norm.weight"), None);
-        assert_eq!(hf_name("rope_freqs.weight"), None);
+        assert_eq!(hf_name("blk.0.post_ffw_norm.weight", false, false), None);
+        assert_eq!(hf_name("rope_freqs.weight", false, false), None);
+        assert_eq!(
+            hf_name("blk.3.ffn_up.weight", false, true).as_deref(),
+            Some("model.layers.3.mlp.gate_up_proj.weight")
+        );
     }
 }

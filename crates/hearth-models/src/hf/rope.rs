@@ -1,90 +1,255 @@
 //! Rotary-embedding settings of a Hugging Face config: `rope_theta` and `rope_scaling`
-//! (older files), or `rope_parameters` (transformers 5), which holds both.
-
-use std::f64::consts::PI;
+//! (older files), or `rope_parameters` (transformers 5), which holds both, possibly one
+//! object per layer type (Gemma 3).
 
 use serde_json::{Map, Value};
 
 use super::config::HfConfig;
+use crate::rope_scaling::{llama3_factors, longrope_attn_factor, yarn_attn_factor, Yarn};
 use crate::ModelError;
 
 /// What the decoder's `RopeSpec` needs.
 pub struct RopeSettings {
     pub theta: f64,
+    /// Rotated values per head (`partial_rotary_factor` × head_dim).
+    pub n_rot: usize,
     /// Position multiplier (`1 / factor` for linear scaling).
     pub freq_scale: f32,
-    /// Per-frequency divisors (Llama 3 scaling); empty for none.
+    /// Per-frequency divisors (Llama 3, YaRN, LongRoPE); empty for none.
     pub freq_factors: Vec<f32>,
+    /// transformers multiplies cos and sin by this (YaRN's and LongRoPE's
+    /// `attention_factor`), which scales every q·k by its square when all of a head rotates.
+    pub attn_factor: f64,
+    /// Where the scaling stops being what hearth runs (see `DecoderConfig::position_limit`).
+    pub position_limit: Option<crate::PositionLimit>,
 }
 
-/// Read rope settings; `head_dim` sizes the Llama 3 factors.
-pub fn read(cfg: &HfConfig, head_dim: usize) -> Result<RopeSettings, ModelError> {
-    let params = object(cfg, "rope_parameters")?;
-    let scaling = object(cfg, "rope_scaling")?;
-    let (key, scaling) = match (scaling, params) {
-        (Some(s), _) => ("rope_scaling", Some(s)),
-        (None, p) => ("rope_parameters", p),
+/// The scaling object and the name errors give it.
+struct Scaling<'a> {
+    cfg: &'a HfConfig,
+    key: String,
+    map: Option<&'a Map<String, Value>>,
+}
+
+impl Scaling<'_> {
+    fn error(&self, k: &str, reason: impl Into<String>) -> ModelError {
+        self.cfg.error(&format!("{}.{k}", self.key), reason)
+    }
+
+    fn get(&self, k: &str) -> Option<&Value> {
+        self.map.and_then(|s| s.get(k)).filter(|v| !v.is_null())
+    }
+
+    fn num(&self, k: &str) -> Result<Option<f64>, ModelError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.error(k, format!("is {v}, expected a number"))),
+        }
+    }
+
+    /// A positive number that must be present.
+    fn factor(&self, k: &str) -> Result<f64, ModelError> {
+        match self.num(k)? {
+            Some(f) if f > 0.0 => Ok(f),
+            Some(f) => Err(self.error(k, format!("{f} must be positive"))),
+            None => Err(self.error(k, "is missing")),
+        }
+    }
+
+    /// A list of `len` positive numbers (LongRoPE's factors).
+    fn factor_list(&self, k: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+        let list = self
+            .get(k)
+            .and_then(Value::as_array)
+            .ok_or_else(|| self.error(k, "is missing or not a list"))?;
+        if list.len() != len {
+            return Err(self.error(k, format!("has {} values, expected {len}", list.len())));
+        }
+        list.iter()
+            .map(|v| match v.as_f64() {
+                Some(f) if f > 0.0 => Ok(f as f32),
+                _ => Err(self.error(k, format!("holds {v}, expected positive numbers"))),
+            })
+            .collect()
+    }
+}
+
+/// Read rope settings for `head_dim`-sized heads. `layer_type` (`full_attention`,
+/// `sliding_attention`) picks the entry of a `rope_parameters` that holds one object per layer
+/// type; a flat `rope_parameters` serves every layer type.
+pub fn read(
+    cfg: &HfConfig,
+    head_dim: usize,
+    layer_type: Option<&str>,
+) -> Result<RopeSettings, ModelError> {
+    let mut params = object(cfg, "rope_parameters")?;
+    let mut params_key = "rope_parameters".to_string();
+    if let (Some(p), Some(t)) = (params, layer_type) {
+        if let Some(v) = p.get(t) {
+            params_key = format!("rope_parameters.{t}");
+            params = match v {
+                Value::Object(m) => Some(m),
+                _ => return Err(cfg.error(&params_key, format!("is {v}, expected an object"))),
+            };
+        }
+    }
+    let s = match object(cfg, "rope_scaling")? {
+        Some(map) => Scaling {
+            cfg,
+            key: "rope_scaling".into(),
+            map: Some(map),
+        },
+        None => Scaling {
+            cfg,
+            key: params_key.clone(),
+            map: params,
+        },
     };
-    let num = |k: &str| -> Result<Option<f64>, ModelError> {
-        let Some(v) = scaling.and_then(|s| s.get(k)).filter(|v| !v.is_null()) else {
-            return Ok(None);
-        };
-        v.as_f64()
-            .map(Some)
-            .ok_or_else(|| cfg.error(&format!("{key}.{k}"), format!("is {v}, expected a number")))
+    let p = Scaling {
+        cfg,
+        key: params_key,
+        map: params,
     };
-    let theta = match params
-        .and_then(|p| p.get("rope_theta"))
-        .and_then(Value::as_f64)
-    {
+    let theta = match p.num("rope_theta")? {
         Some(t) => t,
         None => cfg.f64("rope_theta")?.unwrap_or(10_000.0),
     };
     if theta <= 0.0 {
         return Err(cfg.error("rope_theta", format!("{theta} must be positive")));
     }
-    let kind = scaling
-        .and_then(|s| s.get("rope_type").or_else(|| s.get("type")))
-        .and_then(Value::as_str)
-        .unwrap_or("default");
+    let partial = match s.num("partial_rotary_factor")? {
+        Some(f) => f,
+        None => cfg.f64("partial_rotary_factor")?.unwrap_or(1.0),
+    };
+    // As transformers: int(head_dim * partial_rotary_factor).
+    let n_rot = (head_dim as f64 * partial) as usize;
+    if !(partial > 0.0 && partial <= 1.0) || n_rot == 0 || !n_rot.is_multiple_of(2) {
+        return Err(cfg.error(
+            "partial_rotary_factor",
+            format!("{partial} × head_dim {head_dim} is not a positive even number ≤ head_dim"),
+        ));
+    }
     let mut out = RopeSettings {
         theta,
+        n_rot,
         freq_scale: 1.0,
         freq_factors: Vec::new(),
+        attn_factor: 1.0,
+        position_limit: None,
     };
-    let factor = |name: &str| -> Result<f64, ModelError> {
-        match num(name)? {
-            Some(f) if f > 0.0 => Ok(f),
-            Some(f) => Err(cfg.error(&format!("{key}.{name}"), format!("{f} must be positive"))),
-            None => Err(cfg.error(&format!("{key}.{name}"), "is missing")),
-        }
-    };
+    scale(&s, &mut out)?;
+    Ok(out)
+}
+
+/// Apply the scaling `s` names (`rope_type`, or `type` in older files) to `out`.
+fn scale(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
+    let kind = s
+        .get("rope_type")
+        .or_else(|| s.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let (theta, dim) = (out.theta, out.n_rot);
     match kind {
         "default" => {}
-        "linear" => out.freq_scale = (1.0 / factor("factor")?) as f32,
+        "linear" => out.freq_scale = (1.0 / s.factor("factor")?) as f32,
         "llama3" => {
             out.freq_factors = llama3_factors(
                 theta,
-                head_dim,
-                factor("factor")?,
-                factor("low_freq_factor")?,
-                factor("high_freq_factor")?,
-                factor("original_max_position_embeddings")?,
+                dim,
+                s.factor("factor")?,
+                s.factor("low_freq_factor")?,
+                s.factor("high_freq_factor")?,
+                s.factor("original_max_position_embeddings")?,
             )
         }
+        "yarn" => {
+            let truncate = match s.get("truncate") {
+                None => true,
+                Some(v) => v.as_bool().ok_or_else(|| {
+                    s.error("truncate", format!("is {v}, expected true or false"))
+                })?,
+            };
+            let yarn = Yarn {
+                factor: s.factor("factor")?,
+                old_context: s.factor("original_max_position_embeddings")?,
+                beta_fast: s.num("beta_fast")?.unwrap_or(32.0),
+                beta_slow: s.num("beta_slow")?.unwrap_or(1.0),
+                truncate,
+            };
+            out.freq_factors = yarn.factors(theta, dim);
+            out.attn_factor = match s.num("attention_factor")? {
+                Some(a) => a,
+                None => yarn_attn_factor(yarn.factor, s.num("mscale")?, s.num("mscale_all_dim")?),
+            };
+        }
+        "longrope" | "su" => longrope(s, out)?,
+        // NOTE: transformers' dynamic NTK keeps the plain frequencies until a sequence
+        // outgrows max_position_embeddings, then raises the base with its length.
+        "dynamic" => {
+            s.factor("factor")?;
+            let n = s.cfg.require_usize("max_position_embeddings")?;
+            out.position_limit = Some(crate::PositionLimit {
+                position: n,
+                reason: format!(
+                    "dynamic NTK rope scaling beyond max_position_embeddings ({n}) is not supported yet"
+                ),
+            });
+        }
         other => {
-            return Err(cfg.error(
-                &format!("{key}.rope_type"),
-                format!("'{other}' is not supported (default, linear, llama3)"),
+            return Err(s.error(
+                "rope_type",
+                format!(
+                "'{other}' is not supported yet (default, linear, llama3, yarn, longrope, dynamic)"
+            ),
             ))
         }
     }
-    if let Some(p) = num("partial_rotary_factor")?.or(cfg.f64("partial_rotary_factor")?) {
-        if p != 1.0 {
-            return Err(cfg.error("partial_rotary_factor", format!("{p} is not supported")));
-        }
+    Ok(())
+}
+
+/// LongRoPE (Phi 3): per-frequency divisors and an attention factor.
+///
+/// NOTE: transformers switches from `short_factor` to `long_factor` once a sequence grows
+/// past `original_max_position_embeddings` (llama.cpp: once the context size does). hearth
+/// keeps one set of frequencies for a model and uses the short factors, so it is exact up to
+/// that length and refuses positions beyond it: the long factors are not used yet.
+fn longrope(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
+    let old_context = match s.num("original_max_position_embeddings")? {
+        Some(n) => n,
+        None => s
+            .cfg
+            .usize("original_max_position_embeddings")?
+            .ok_or_else(|| s.error("original_max_position_embeddings", "is missing"))?
+            as f64,
+    };
+    if old_context < 1.0 {
+        return Err(s.error(
+            "original_max_position_embeddings",
+            format!("{old_context} must be positive"),
+        ));
     }
-    Ok(out)
+    let factor = match s.num("factor")? {
+        Some(f) => f,
+        None => s.cfg.require_usize("max_position_embeddings")? as f64 / old_context,
+    };
+    out.freq_factors = s.factor_list("short_factor", out.n_rot / 2)?;
+    out.position_limit = Some(crate::PositionLimit {
+        position: old_context as usize,
+        reason: format!(
+            "LongRoPE's long factors (from original_max_position_embeddings = {old_context} on) \
+             are not supported yet"
+        ),
+    });
+    // Checked though not used yet, so that a malformed config is reported now.
+    s.factor_list("long_factor", out.n_rot / 2)?;
+    out.attn_factor = match s.num("attention_factor")? {
+        Some(a) => a,
+        None => longrope_attn_factor(factor, old_context),
+    };
+    Ok(())
 }
 
 fn object<'a>(cfg: &'a HfConfig, key: &str) -> Result<Option<&'a Map<String, Value>>, ModelError> {
@@ -93,34 +258,4 @@ fn object<'a>(cfg: &'a HfConfig, key: &str) -> Result<Option<&'a Map<String, Val
         Some(Value::Object(m)) => Ok(Some(m)),
         Some(v) => Err(cfg.error(key, format!("is {v}, expected an object"))),
     }
-}
-
-/// Llama 3.1's per-frequency divisors, as transformers' `_compute_llama3_parameters` (and
-/// llama.cpp's converter, which stores them as `rope_freqs.weight`) compute them.
-fn llama3_factors(
-    theta: f64,
-    head_dim: usize,
-    factor: f64,
-    low_freq_factor: f64,
-    high_freq_factor: f64,
-    old_context: f64,
-) -> Vec<f32> {
-    let low_freq_wavelen = old_context / low_freq_factor;
-    let high_freq_wavelen = old_context / high_freq_factor;
-    (0..head_dim / 2)
-        .map(|i| {
-            let freq = 1.0 / theta.powf((2 * i) as f64 / head_dim as f64);
-            let wavelen = 2.0 * PI / freq;
-            let f = if wavelen < high_freq_wavelen {
-                1.0
-            } else if wavelen > low_freq_wavelen {
-                factor
-            } else {
-                let smooth = (old_context / wavelen - low_freq_factor)
-                    / (high_freq_factor - low_freq_factor);
-                1.0 / ((1.0 - smooth) / factor + smooth)
-            };
-            f as f32
-        })
-        .collect()
 }

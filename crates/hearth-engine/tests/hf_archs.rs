@@ -1,0 +1,266 @@
+//! The dense architecture families and rope variants against HF transformers: tiny
+//! random-weight checkpoints made by scripts/make_hf_fixtures.py, and GGUF files written from
+//! some of them by scripts/make_gguf_from_hf.py (llama.cpp's names and keys), which must give
+//! the folder's transformers outputs too.
+
+mod common;
+
+use std::path::Path;
+
+use common::hf::{
+    check_f32_folder, check_f32_model, edit, fixture, load_error, reference, run_prompts,
+    scratch_copy,
+};
+use common::{open_engine, repo_root};
+use hearth_engine::Sequence;
+
+#[test]
+fn mistral_sliding_window_matches_transformers() {
+    check_f32_folder("hf-tiny-mistral");
+}
+
+/// Gemma: GELU (tanh) gating, (1 + w) norms, √hidden embedding scale, head_dim 32 ≠ 64 / 4.
+#[test]
+fn gemma_matches_transformers() {
+    check_f32_folder("hf-tiny-gemma");
+}
+
+/// Gemma 2: soft caps (small in the fixture), sliding layer 0, global layer 1, post-norms.
+#[test]
+fn gemma2_matches_transformers() {
+    check_f32_folder("hf-tiny-gemma2");
+}
+
+/// Gemma 3 text: rope per layer type (linear ×8 on the global layer), QK-norm,
+/// query_pre_attn_scalar 24 with head_dim 16.
+#[test]
+fn gemma3_text_matches_transformers() {
+    check_f32_folder("hf-tiny-gemma3");
+}
+
+/// Dynamic NTK: plain rope up to max_position_embeddings, refused beyond (see below).
+#[test]
+fn llama_dynamic_rope_matches_transformers() {
+    check_f32_folder("hf-tiny-llama-dynamic");
+}
+
+/// Where the rope scaling would change (LongRoPE's long factors, dynamic NTK's growing base),
+/// hearth refuses the position with an error naming the limit instead of computing something
+/// else.
+#[test]
+fn positions_past_the_rope_limit_are_refused() {
+    let cases = [
+        (
+            fixture("hf-tiny-phi3-longrope"),
+            64,
+            "original_max_position_embeddings = 64",
+        ),
+        (
+            repo_root().join("tests/fixtures/tiny-phi3-longrope-f32.gguf"),
+            64,
+            "original_context_length = 64",
+        ),
+        (
+            fixture("hf-tiny-llama-dynamic"),
+            256,
+            "max_position_embeddings (256)",
+        ),
+    ];
+    for (path, limit, what) in cases {
+        let mut engine = open_engine(&path);
+        let prompt: Vec<u32> = (0..limit as u32).map(|i| i % 200).collect();
+        let mut seq = Sequence::new();
+        engine
+            .feed(&mut seq, &prompt)
+            .expect("up to the limit runs");
+        let e = engine
+            .step(&mut seq, &[1])
+            .expect_err("the position past the limit is refused")
+            .to_string();
+        assert!(e.contains(what) && e.contains("not supported yet"), "{e}");
+    }
+}
+
+#[test]
+fn llama_linear_rope_matches_transformers() {
+    check_f32_folder("hf-tiny-llama-linear");
+}
+
+/// YaRN: blended per-frequency factors and the attention factor (0.1 ln 4 + 1).
+#[test]
+fn llama_yarn_rope_matches_transformers() {
+    check_f32_folder("hf-tiny-llama-yarn");
+}
+
+/// Phi 3: fused qkv / gate-up (split at load), half of each head rotated, a sliding window.
+#[test]
+fn phi3_matches_transformers() {
+    check_f32_folder("hf-tiny-phi3");
+}
+
+/// LongRoPE short factors and its attention factor (√(1 + ln 4 / ln 64)).
+#[test]
+fn phi3_longrope_matches_transformers() {
+    check_f32_folder("hf-tiny-phi3-longrope");
+}
+
+#[test]
+fn gemma_gguf_matches_transformers() {
+    let gguf = repo_root().join("tests/fixtures/tiny-gemma-f32.gguf");
+    check_f32_model(&gguf, &fixture("hf-tiny-gemma"));
+}
+
+#[test]
+fn gemma2_gguf_matches_transformers() {
+    let gguf = repo_root().join("tests/fixtures/tiny-gemma2-f32.gguf");
+    check_f32_model(&gguf, &fixture("hf-tiny-gemma2"));
+}
+
+#[test]
+fn phi3_gguf_matches_transformers() {
+    for name in ["phi3", "phi3-longrope"] {
+        let gguf = repo_root().join(format!("tests/fixtures/tiny-{name}-f32.gguf"));
+        check_f32_model(&gguf, &fixture(&format!("hf-tiny-{name}")));
+    }
+}
+
+/// `llama.rope.scaling.type` linear and yarn, as llama.cpp's converter writes them.
+#[test]
+fn llama_rope_scaling_gguf_matches_transformers() {
+    for name in ["llama-linear", "llama-yarn"] {
+        let gguf = repo_root().join(format!("tests/fixtures/tiny-{name}-f32.gguf"));
+        check_f32_model(&gguf, &fixture(&format!("hf-tiny-{name}")));
+    }
+}
+
+#[test]
+fn qwen2_gguf_matches_transformers() {
+    let gguf = repo_root().join("tests/fixtures/tiny-qwen2-f32.gguf");
+    check_f32_model(&gguf, &fixture("hf-tiny-qwen2"));
+}
+
+/// Max |logit diff| against the reference after editing the fixture's config.json.
+fn diff_after_edit(name: &str, from: &str, to: &str) -> f32 {
+    let dir = scratch_copy(name, &format!("edit-{name}"));
+    edit(&dir.join("config.json"), from, to);
+    let r = reference(&dir);
+    let mut engine = open_engine(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    run_prompts(&mut engine, &r).0
+}
+
+/// Each feature the fixtures exercise changes the logits far beyond the 2e-3 tolerance
+/// when it is switched off, so the tests above do check it.
+#[test]
+fn the_fixtures_exercise_their_features() {
+    let cases = [
+        (
+            "hf-tiny-mistral",
+            "\"sliding_window\": 4",
+            "\"sliding_window\": null",
+        ),
+        (
+            "hf-tiny-gemma2",
+            "\"attn_logit_softcapping\": 2.0",
+            "\"attn_logit_softcapping\": null",
+        ),
+        (
+            "hf-tiny-gemma2",
+            "\"final_logit_softcapping\": 3.0",
+            "\"final_logit_softcapping\": null",
+        ),
+        (
+            "hf-tiny-gemma2",
+            "\"sliding_window\": 4",
+            "\"sliding_window\": 400",
+        ),
+        (
+            "hf-tiny-gemma3",
+            "\"query_pre_attn_scalar\": 24",
+            "\"query_pre_attn_scalar\": 16",
+        ),
+        (
+            "hf-tiny-gemma3",
+            "\"rope_type\": \"linear\"",
+            "\"rope_type\": \"default\"",
+        ),
+        ("hf-tiny-llama-linear", "\"linear\"", "\"default\""),
+        ("hf-tiny-llama-yarn", "\"yarn\"", "\"default\""),
+        (
+            "hf-tiny-phi3",
+            "\"sliding_window\": 4",
+            "\"sliding_window\": null",
+        ),
+        (
+            "hf-tiny-phi3",
+            "\"partial_rotary_factor\": 0.5",
+            "\"partial_rotary_factor\": 1.0",
+        ),
+        ("hf-tiny-phi3-longrope", "\"longrope\"", "\"default\""),
+    ];
+    for (name, from, to) in cases {
+        let diff = diff_after_edit(name, from, to);
+        eprintln!("{name}: {from} → {to}: max |logit diff| = {diff:e}");
+        assert!(diff > 2e-2, "{name}: {from} → {to} gives only {diff}");
+    }
+}
+
+#[test]
+fn unsupported_rope_types_name_the_key() {
+    for kind in ["ntk", "dynamic-yarn"] {
+        let dir = scratch_copy("hf-tiny-llama-yarn", &format!("rope-{kind}"));
+        edit(&dir.join("config.json"), "\"yarn\"", &format!("\"{kind}\""));
+        let e = load_error(&dir);
+        assert!(
+            e.contains("'rope_parameters.rope_type'") && e.contains(kind),
+            "{kind}: {e}"
+        );
+    }
+    let dir = scratch_copy("hf-tiny-gemma3", "layer-types");
+    edit(
+        &dir.join("config.json"),
+        "\"full_attention\"\n",
+        "\"chunked_attention\"\n",
+    );
+    let e = load_error(&dir);
+    assert!(
+        e.contains("'layer_types'") && e.contains("chunked_attention"),
+        "{e}"
+    );
+}
+
+/// Where each GGUF architecture is checked against a reference: a GGUF fixture written from
+/// an HF checkpoint (tests above), or goldens of a downloaded model (golden_models.rs).
+const GGUF_COVERAGE: &[(&str, &str)] = &[
+    ("llama", "tests/goldens/smollm2"),
+    ("qwen2", "tests/fixtures/tiny-qwen2-f32.gguf"),
+    ("qwen3", "tests/fixtures/tiny-qwen3-f16.gguf"),
+    ("gemma", "tests/fixtures/tiny-gemma-f32.gguf"),
+    ("gemma2", "tests/fixtures/tiny-gemma2-f32.gguf"),
+    ("gemma3", "tests/goldens/gemma3"),
+    ("phi3", "tests/fixtures/tiny-phi3-f32.gguf"),
+    ("qwen3moe", "tests/fixtures/tiny-qwen3-moe-f32.gguf"),
+];
+
+/// Every GGUF architecture in the registry has a fixture (and a GGUF fixture is of that
+/// architecture); adding a registry line without one fails here.
+#[test]
+fn every_gguf_architecture_has_a_fixture() {
+    for (name, _) in hearth_models::registry::ARCHITECTURES {
+        let Some((_, path)) = GGUF_COVERAGE.iter().find(|(n, _)| n == name) else {
+            panic!("GGUF architecture {name} has no fixture: add one to GGUF_COVERAGE");
+        };
+        let path = repo_root().join(path);
+        assert!(path.exists(), "{name}: {} is missing", path.display());
+        if path.extension().is_some_and(|e| e == "gguf") {
+            check_arch(&path, name);
+        }
+    }
+}
+
+fn check_arch(path: &Path, name: &str) {
+    let engine = open_engine(path);
+    let gguf = engine.gguf().expect("a GGUF file");
+    let arch = gguf.metadata().get_str("general.architecture");
+    assert_eq!(arch.ok().flatten(), Some(name), "{}", path.display());
+}
