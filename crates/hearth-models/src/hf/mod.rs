@@ -122,54 +122,64 @@ fn hf_name(gguf: &str) -> Option<String> {
     Some(format!("model.layers.{layer}.{module}.{suffix}"))
 }
 
+/// The host view of tensor `hf` (an HF name) of `folder`, checked to be `[rows, cols]`
+/// (a vector when `rows == 1`) and stored as F32, F16 or BF16.
+pub fn host_weight(
+    folder: &Arc<SafetensorsFolder>,
+    hf: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<HostWeight, ModelError> {
+    let entry = folder
+        .get(hf)
+        .ok_or_else(|| ModelError::MissingTensor(hf.to_string()))?;
+    let bad = |reason: String| ModelError::BadTensor {
+        name: hf.to_string(),
+        reason,
+    };
+    let ty = ggml_type(entry.dtype).ok_or_else(|| {
+        bad(format!(
+            "dtype {:?} is not supported (F32, F16, BF16)",
+            entry.dtype
+        ))
+    })?;
+    let want = if rows == 1 {
+        vec![cols]
+    } else {
+        vec![rows, cols]
+    };
+    if entry.shape != want {
+        return Err(bad(format!("shape {:?}, expected {want:?}", entry.shape)));
+    }
+    let bytes = folder.bytes(entry);
+    let elem = if ty == hearth_quant::GgmlType::F32 {
+        4
+    } else {
+        2
+    };
+    // NOTE: safetensors only aligns the data section to 8 bytes as a whole; a tensor that
+    // follows an odd number of 16-bit values is misaligned for f32 and gets copied.
+    let data: Arc<dyn hearth_backend::ByteSource> = if bytes.as_ptr().align_offset(elem) == 0 {
+        Arc::new(SafetensorsBytes {
+            folder: folder.clone(),
+            entry: entry.clone(),
+        })
+    } else {
+        Arc::new(AlignedBytes::copy_of(bytes))
+    };
+    Ok(HostWeight {
+        name: hf.to_string(),
+        ty,
+        rows,
+        cols,
+        data,
+    })
+}
+
 impl TensorSource for HfTensors {
     fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
         let hf = hf_name(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        let entry = self
-            .folder
-            .get(&hf)
-            .ok_or_else(|| ModelError::MissingTensor(hf.clone()))?;
-        let bad = |reason: String| ModelError::BadTensor {
-            name: hf.clone(),
-            reason,
-        };
-        let ty = ggml_type(entry.dtype).ok_or_else(|| {
-            bad(format!(
-                "dtype {:?} is not supported (F32, F16, BF16)",
-                entry.dtype
-            ))
-        })?;
-        let want = if rows == 1 {
-            vec![cols]
-        } else {
-            vec![rows, cols]
-        };
-        if entry.shape != want {
-            return Err(bad(format!("shape {:?}, expected {want:?}", entry.shape)));
-        }
-        let bytes = self.folder.bytes(entry);
-        let elem = if ty == hearth_quant::GgmlType::F32 {
-            4
-        } else {
-            2
-        };
-        // NOTE: safetensors only aligns the data section to 8 bytes as a whole; a tensor that
-        // follows an odd number of 16-bit values is misaligned for f32 and gets copied.
-        let data: Arc<dyn hearth_backend::ByteSource> = if bytes.as_ptr().align_offset(elem) == 0 {
-            Arc::new(SafetensorsBytes {
-                folder: self.folder.clone(),
-                entry: entry.clone(),
-            })
-        } else {
-            Arc::new(AlignedBytes::copy_of(bytes))
-        };
-        Ok(HostWeight {
-            name: hf,
-            ty,
-            rows,
-            cols,
-            data,
-        })
+        host_weight(&self.folder, &hf, rows, cols)
     }
 
     fn contains(&self, name: &str) -> bool {
