@@ -85,7 +85,7 @@ impl TextTokenizer {
         let ids = enc.get_ids().to_vec();
         if ids.len() > self.max_tokens {
             return Err(EngineError::Invalid(format!(
-                "the input is {} tokens; the model takes at most {} (ask for truncation to cut it)",
+                "the input is {} tokens; the model takes at most {}",
                 ids.len(),
                 self.max_tokens
             )));
