@@ -53,6 +53,8 @@ pub struct EmbeddingInfo {
     pub arch: String,
     /// Length of every vector.
     pub n_embd: usize,
+    /// Token ids below this are valid input.
+    pub n_vocab: usize,
     /// The most tokens one text may have (special tokens included).
     pub max_tokens: usize,
     pub pooling: Pooling,
@@ -76,6 +78,7 @@ struct Parts {
     network: Network,
     arch: String,
     n_embd: usize,
+    n_vocab: usize,
     /// The longest input the network takes.
     n_positions: usize,
     n_params: u64,
@@ -88,12 +91,13 @@ fn load_bert(dir: &Path, cfg: &HfConfig, backend: &CpuBackend) -> Result<Parts, 
     let tensors = Arc::new(BertTensors::open(dir)?);
     let n_params = tensors.folder().total_elements();
     let loader = TensorLoader::from_source(tensors, backend);
-    let (n_embd, n_positions) = (config.n_embd, config.n_positions);
+    let (n_embd, n_vocab, n_positions) = (config.n_embd, config.n_vocab, config.n_positions);
     let model = BertModel::load(config, &loader)?;
     Ok(Parts {
         network: Network::Bert(Box::new(model)),
         arch: "bert".into(),
         n_embd,
+        n_vocab,
         n_positions,
         n_params,
         default_mode: PoolingMode::Mean,
@@ -104,13 +108,15 @@ fn load_decoder(dir: &Path, backend: &CpuBackend) -> Result<Parts, ModelError> {
     let ckpt = HfCheckpoint::open(dir)?;
     let n_params = ckpt.tensors.folder.total_elements();
     let loader = TensorLoader::from_source(ckpt.tensors, backend);
-    let (n_embd, n_positions) = (ckpt.config.n_embd, ckpt.config.n_ctx_train);
-    let arch = ckpt.config.arch.clone();
+    let c = &ckpt.config;
+    let (n_embd, n_vocab, n_positions) = (c.n_embd, c.n_vocab, c.n_ctx_train);
+    let arch = c.arch.clone();
     let model = DecoderModel::load(ckpt.config, &loader)?;
     Ok(Parts {
         network: Network::Decoder(Box::new(model)),
         arch,
         n_embd,
+        n_vocab,
         n_positions,
         n_params,
         default_mode: PoolingMode::LastToken,
@@ -137,6 +143,7 @@ impl EmbeddingModel {
             network,
             arch,
             n_embd,
+            n_vocab,
             n_positions,
             n_params,
             default_mode,
@@ -147,6 +154,7 @@ impl EmbeddingModel {
             path: dir.to_path_buf(),
             arch,
             n_embd,
+            n_vocab,
             max_tokens: tokenizer.max_tokens(),
             pooling,
             n_params,
