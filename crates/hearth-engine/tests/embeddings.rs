@@ -139,3 +139,92 @@ fn decoder_last_token_pooling_matches_transformers() {
     ));
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// A copy of the MiniLM folder's small files (the weights linked) in a fresh directory,
+/// for breaking one file at a time.
+fn minilm_copy(src: &Path, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hearth-embed-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    for f in [
+        "config.json",
+        "tokenizer.json",
+        "modules.json",
+        "sentence_bert_config.json",
+        "1_Pooling/config.json",
+    ] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let weights = dir.join("model.safetensors");
+    if !weights.exists() {
+        std::os::unix::fs::symlink(src.join("model.safetensors"), weights).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn broken_embedding_folders_are_errors_naming_file_and_key() {
+    let Some(src) = minilm_dir() else { return };
+    type Edit = fn(&Path);
+    let cases: [(&str, Edit, &str); 6] = [
+        (
+            "act",
+            |d| edit_json(&d.join("config.json"), "hidden_act", "\"relu\""),
+            "config.json: 'hidden_act' is 'relu'",
+        ),
+        (
+            "hidden",
+            |d| edit_json(&d.join("config.json"), "hidden_size", "\"big\""),
+            "config.json: 'hidden_size'",
+        ),
+        (
+            "module",
+            |d| {
+                std::fs::write(
+                    d.join("modules.json"),
+                    r#"[{"path": "2_Dense", "type": "sentence_transformers.models.Dense"}]"#,
+                )
+                .unwrap()
+            },
+            "modules.json: module 0: type 'sentence_transformers.models.Dense' is not supported yet",
+        ),
+        (
+            "maxpool",
+            |d| {
+                std::fs::write(
+                    d.join("1_Pooling/config.json"),
+                    r#"{"pooling_mode_max_tokens": true}"#,
+                )
+                .unwrap()
+            },
+            "config.json: 'pooling_mode_max_tokens' is not supported yet",
+        ),
+        (
+            "seq",
+            |d| edit_json(&d.join("sentence_bert_config.json"), "max_seq_length", "-3"),
+            "sentence_bert_config.json: 'max_seq_length' is not a positive integer",
+        ),
+        (
+            "tok",
+            |d| std::fs::remove_file(d.join("tokenizer.json")).unwrap(),
+            "tokenizer.json: is missing",
+        ),
+    ];
+    for (name, edit, says) in cases {
+        let dir = minilm_copy(&src, name);
+        edit(&dir);
+        let err = match EmbeddingModel::load(&dir, 1) {
+            Ok(_) => panic!("{name}: loaded"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(says), "{name}: {err}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
+/// Replace the value of `key` in a JSON object file with `value` (JSON text).
+fn edit_json(path: &Path, key: &str, value: &str) {
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    json[key] = serde_json::from_str(value).unwrap();
+    std::fs::write(path, json.to_string()).unwrap();
+}
