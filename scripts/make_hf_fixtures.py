@@ -11,7 +11,11 @@ Random init leaves biases at zero; every non-norm parameter, biases included, is
 so the Qwen2 q/k/v biases are non-zero and the test sees them.
 
 Needs torch, transformers and tokenizers. Usage: make_hf_fixtures.py [OUT_DIR [NAME...]]
-(NAME: llama, llama-bf16, qwen3, qwen2; all of them when none is given)
+(NAME: llama, llama-bf16, qwen3, qwen2, mixtral, qwen3-moe; all of them when none is given)
+
+The sparse mixture-of-experts checkpoints (mixtral, qwen3-moe) have 4 experts per layer and send
+each token to 2 of them; their router weights are redrawn like every other matrix, so tokens
+spread over the experts.
 """
 import json
 import os
@@ -19,8 +23,8 @@ import sys
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast,
-                          Qwen2Config, Qwen3Config)
+from transformers import (AutoModelForCausalLM, LlamaConfig, MixtralConfig,
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen3Config, Qwen3MoeConfig)
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. " * 3,
@@ -156,7 +160,15 @@ def main():
                     rms_norm_eps=1e-6)
     # Qwen2: q/k/v biases, no QK-norm, untied output head (the larger Qwen2.5 models' layout).
     qwen2_kw = dict(common, rope_theta=1000000.0, tie_word_embeddings=False, rms_norm_eps=1e-6)
+    # Mixtral: 4 experts of width 64, top-2, renormalised (always, in Mixtral).
+    mixtral_kw = dict(common, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
+                      rope_theta=1000000.0, tie_word_embeddings=False, sliding_window=None)
+    # Qwen3 MoE as released: experts in every layer, top-k weights renormalised.
+    qwen3_moe_kw = dict(qwen3_kw, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
     jobs = [
+        ("mixtral", MixtralConfig, mixtral_kw, llama_args, torch.float32, False),
+        ("qwen3-moe", Qwen3MoeConfig, qwen3_moe_kw, qwen_args, torch.float32, False),
         ("llama", LlamaConfig, llama_kw, llama_args, torch.float32, False),
         ("llama-bf16", LlamaConfig, llama_kw, llama_args, torch.bfloat16, False),
         ("qwen3", Qwen3Config, qwen3_kw, qwen_args, torch.float32, True),

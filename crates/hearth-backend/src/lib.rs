@@ -190,6 +190,31 @@ pub trait Backend: Send + Sync {
         self.add(out, &t)
     }
 
+    /// `x[rows[i]] += weights[i] * y[i]` for every row `i` of `y`: adds the outputs of one
+    /// expert, computed on the rows routed to it, back into the residual stream.
+    ///
+    /// The default goes through the host (two copies down, one up): correct on any backend,
+    /// and a backend with a kernel of its own overrides it.
+    fn scatter_add_rows(
+        &self,
+        x: &mut Self::Tensor,
+        y: &Self::Tensor,
+        rows: &[usize],
+        weights: &[f32],
+    ) -> Result<(), BackendError> {
+        let ((n, cols), (m, y_cols)) = (self.shape(x), self.shape(y));
+        check_scatter(n, cols, m, y_cols, rows, weights)?;
+        let mut xh = self.to_host(x)?;
+        let yh = self.to_host(y)?;
+        for (i, (&r, &w)) in rows.iter().zip(weights).enumerate() {
+            let src = &yh[i * cols..(i + 1) * cols];
+            let dst = &mut xh[r * cols..(r + 1) * cols];
+            dst.iter_mut().zip(src).for_each(|(d, s)| *d += w * s);
+        }
+        *x = self.upload(&xh, n, cols)?;
+        Ok(())
+    }
+
     /// `out = act(W_gate · x) * (W_up · x)`: the first half of a gated feed-forward block.
     fn gated_matmul(
         &self,
@@ -294,4 +319,30 @@ pub trait Backend: Send + Sync {
         params: &AttnParams,
         out: &mut Self::Tensor,
     ) -> Result<(), BackendError>;
+}
+
+/// Check the arguments of [`Backend::scatter_add_rows`]: `x` is `[n, cols]`, `y` is
+/// `[m, y_cols]`, and there is one target row below `n` and one weight per row of `y`.
+pub fn check_scatter(
+    n: usize,
+    cols: usize,
+    m: usize,
+    y_cols: usize,
+    rows: &[usize],
+    weights: &[f32],
+) -> Result<(), BackendError> {
+    if cols != y_cols || rows.len() != m || weights.len() != m {
+        return Err(BackendError::Unsupported(format!(
+            "scatter_add_rows: [{m}, {y_cols}] rows with {} targets and {} weights into \
+             [{n}, {cols}]",
+            rows.len(),
+            weights.len()
+        )));
+    }
+    if let Some(&r) = rows.iter().find(|&&r| r >= n) {
+        return Err(BackendError::Unsupported(format!(
+            "scatter_add_rows: target row {r} of {n}"
+        )));
+    }
+    Ok(())
 }

@@ -290,6 +290,22 @@ fn show_describes_the_model() {
     }
 }
 
+/// A sparse mixture-of-experts file (a tiny Mixtral: llama with `llama.expert_count`).
+#[test]
+fn show_lists_the_experts() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-mixtral-q8_0.gguf");
+    let out = hearth(&["show", s(&fixture)]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "architecture      llama",
+        "experts           4 per layer, 2 per token, 64 wide",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}
+
 #[test]
 fn bench_json_has_every_field() {
     let out = hearth(&[

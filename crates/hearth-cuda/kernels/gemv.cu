@@ -156,6 +156,55 @@ __device__ __forceinline__ float glu_act(float g, int gelu) {
     return round_f16(0.5f * x * (1.0f + tanhf(0.7978846f * x * (1.0f + 0.044715f * x * x))));
 }
 
+// Stages blocks b0 .. b0 + nb of each row of the warp into its shared-memory window with
+// coalesced 16-byte loads; skew[r]: where row r's first block starts in its window.
+template <int BYTES>
+__device__ __forceinline__ void stage_rows(const u8* const* rows, int b0, int nb,
+                                           uint4 (*window)[WINDOW_VECS], int* skew, int lane) {
+    uint4 staged[ROWS_PER_WARP][VECS_PER_LANE];
+    // All loads first, then all stores: every load of the window in flight at once.
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+        const u8* start = rows[r] + (size_t)b0 * BYTES;
+        const uint4* aligned =
+            reinterpret_cast<const uint4*>(reinterpret_cast<size_t>(start) & ~(size_t)15);
+        skew[r] = (int)(start - reinterpret_cast<const u8*>(aligned));
+        const int n_vecs = (skew[r] + nb * BYTES + 15) / 16;
+#pragma unroll
+        for (int k = 0; k < VECS_PER_LANE; ++k) {
+            const int v = lane + k * WARP_SIZE;
+            if (v < n_vecs) staged[r][k] = aligned[v];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+        const int n_vecs = (skew[r] + nb * BYTES + 15) / 16;
+#pragma unroll
+        for (int k = 0; k < VECS_PER_LANE; ++k) {
+            const int v = lane + k * WARP_SIZE;
+            if (v < n_vecs) window[r][v] = staged[r][k];
+        }
+    }
+    __syncwarp();
+}
+
+// Sums each row's per-lane partials over the warp; lane 0 writes the result as `mode` says.
+__device__ __forceinline__ void gemv_finish(const float* acc, float* y, int row0, int n_rows,
+                                            int mode, int lane) {
+    float v[ROWS_PER_WARP];
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) v[r] = warp_sum(acc[r]);
+    if (lane != 0) return;
+    if (mode >= GEMV_GLU_SILU) {
+        y[row0] = glu_act(v[0], mode == GEMV_GLU_GELU) * v[1];
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+        if (row0 + r < n_rows) y[row0 + r] = (mode == GEMV_ACCUMULATE ? y[row0 + r] : 0.f) + v[r];
+    }
+}
+
 // Plain modes: a warp computes rows row0, row0+1 of w. GLU modes: a warp computes row r of w
 // (the gate) and row r of w2 (the up projection) and writes one value.
 template <class B>
@@ -190,31 +239,7 @@ __device__ __forceinline__ void gemv_rows(const u8* __restrict__ w, const u8* __
     for (int b0 = 0; b0 < n_blocks; b0 += blocks_per_window) {
         const int nb = min(blocks_per_window, n_blocks - b0);
         int skew[ROWS_PER_WARP];
-        uint4 staged[ROWS_PER_WARP][VECS_PER_LANE];
-        // All loads first, then all stores: every load of the window in flight at once.
-#pragma unroll
-        for (int r = 0; r < ROWS_PER_WARP; ++r) {
-            const u8* start = rows[r] + (size_t)b0 * B::BYTES;
-            const uint4* aligned = reinterpret_cast<const uint4*>(
-                reinterpret_cast<size_t>(start) & ~(size_t)15);
-            skew[r] = (int)(start - reinterpret_cast<const u8*>(aligned));
-            const int n_vecs = (skew[r] + nb * B::BYTES + 15) / 16;
-#pragma unroll
-            for (int k = 0; k < VECS_PER_LANE; ++k) {
-                const int v = lane + k * WARP_SIZE;
-                if (v < n_vecs) staged[r][k] = aligned[v];
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < ROWS_PER_WARP; ++r) {
-            const int n_vecs = (skew[r] + nb * B::BYTES + 15) / 16;
-#pragma unroll
-            for (int k = 0; k < VECS_PER_LANE; ++k) {
-                const int v = lane + k * WARP_SIZE;
-                if (v < n_vecs) window[warp][r][v] = staged[r][k];
-            }
-        }
-        __syncwarp();
+        stage_rows<B::BYTES>(rows, b0, nb, window[warp], skew, lane);
         for (int b = lane_block; b < nb; b += blocks_per_step) {
             const float4* xv =
                 reinterpret_cast<const float4*>(x + (size_t)(b0 + b) * B::QK + sub * B::EPL);
@@ -240,18 +265,7 @@ __device__ __forceinline__ void gemv_rows(const u8* __restrict__ w, const u8* __
         }
         __syncwarp();
     }
-    float v[ROWS_PER_WARP];
-#pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; ++r) v[r] = warp_sum(acc[r]);
-    if (lane != 0) return;
-    if (glu) {
-        y[row0] = glu_act(v[0], mode == GEMV_GLU_GELU) * v[1];
-        return;
-    }
-#pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; ++r) {
-        if (row0 + r < n_rows) y[row0 + r] = (mode == GEMV_ACCUMULATE ? y[row0 + r] : 0.f) + v[r];
-    }
+    gemv_finish(acc, y, row0, n_rows, mode, lane);
 }
 
 #define GEMV_THREADS (WARPS_PER_BLOCK * WARP_SIZE)

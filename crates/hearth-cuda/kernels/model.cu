@@ -93,6 +93,16 @@ extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* r
     for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
 }
 
+// x[rows[i]] += weights[i] * y[i] for block i (rows are distinct within one launch: one
+// expert's tokens).
+extern "C" __global__ void scatter_add_rows(float* __restrict__ x, const float* __restrict__ y,
+                                            const u32* rows, const float* weights, int cols) {
+    float* dst = x + (size_t)rows[blockIdx.x] * cols;
+    const float* src = y + (size_t)blockIdx.x * cols;
+    const float w = weights[blockIdx.x];
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = fmaf(w, src[c], dst[c]);
+}
+
 // The batch as attention reads it, in one u32 buffer:
 //   tok_seq[n_tokens]  sequence of each token
 //   tok_pos[n_tokens]  position of each token

@@ -8,8 +8,8 @@ use rand::Rng;
 
 use crate::error::driver;
 use crate::reference::{
-    abs_weight_rows, dequantize_rows, gemv_f64, gemv_nmse_bound, nmse, random_weights,
-    rms_norm_f64, rms_norm_nmse_bound,
+    abs_weight_rows, abs_weight_rows_q8a, dequantize_rows, gemv_f64, gemv_f64_x64, gemv_nmse_bound,
+    nmse, quantize_q8a_f64, random_weights, rms_norm_f64, rms_norm_nmse_bound,
 };
 use crate::{CudaDevice, CudaError, QuantMatrix};
 
@@ -131,13 +131,23 @@ pub fn copy_bandwidth(dev: &CudaDevice, bytes: usize) -> Result<f64, CudaError> 
     Ok(2.0 * bytes as f64 / secs / 1e9)
 }
 
+/// Which GEMV kernels a case runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activations {
+    /// f32 activations (kernels/gemv.cu).
+    F32,
+    /// Activations quantized to int8 first (kernels/gemv_q8a.cu); the reference then uses the
+    /// same quantized activations, so the bound stays the f32 rounding bound.
+    Int8,
+}
+
 /// GEMV of random `n_rows x n_cols` weights of `ty` against the f64 reference over
 /// hearth-quant's dequantization; timed when `plan` is given.
 pub fn check_gemv(
     dev: &CudaDevice,
     ty: GgmlType,
-    n_rows: usize,
-    n_cols: usize,
+    (n_rows, n_cols): (usize, usize),
+    act: Activations,
     plan: Option<&TimingPlan>,
     rng: &mut impl Rng,
 ) -> Result<CaseResult, CudaError> {
@@ -146,18 +156,47 @@ pub fn check_gemv(
     let w = dev.upload_matrix(ty, n_rows, n_cols, &bytes)?;
     let x_dev = dev.upload_f32(&x)?;
     let mut y_dev = dev.alloc_poisoned_f32(n_rows)?;
-    dev.gemv(&w, &x_dev, &mut y_dev)?;
+    let mut q8 = match act {
+        Activations::F32 => None,
+        Activations::Int8 => Some(dev.alloc_q8_activations(n_cols)?),
+    };
+    match q8.as_mut() {
+        None => dev.gemv(&w, &x_dev, &mut y_dev)?,
+        Some(q8) => dev.gemv_q8a(&w, &x_dev, q8, &mut y_dev)?,
+    }
     let got = dev.download(&y_dev)?;
 
-    let exact = gemv_f64(&dequantize_rows(ty, &bytes, n_rows, n_cols), &x, n_cols);
-    let x_abs: Vec<f32> = x.iter().map(|v| v.abs()).collect();
-    let abs_dot = gemv_f64(&abs_weight_rows(ty, &bytes, n_rows, n_cols), &x_abs, n_cols);
+    let (exact, abs_dot) = match act {
+        Activations::F32 => {
+            let x_abs: Vec<f32> = x.iter().map(|v| v.abs()).collect();
+            let abs_w = abs_weight_rows(ty, &bytes, n_rows, n_cols);
+            let exact = gemv_f64(&dequantize_rows(ty, &bytes, n_rows, n_cols), &x, n_cols);
+            (exact, gemv_f64(&abs_w, &x_abs, n_cols))
+        }
+        Activations::Int8 => {
+            let xq = quantize_q8a_f64(&x);
+            let xq_abs: Vec<f64> = xq.iter().map(|v| v.abs()).collect();
+            let abs_w = abs_weight_rows_q8a(ty, &bytes, n_rows, n_cols);
+            let exact = gemv_f64_x64(&dequantize_rows(ty, &bytes, n_rows, n_cols), &xq, n_cols);
+            (exact, gemv_f64_x64(&abs_w, &xq_abs, n_cols))
+        }
+    };
     let timing = match plan {
-        Some(plan) => Some(time_gemv(dev, plan, w, &bytes, &x_dev, &mut y_dev)?),
+        Some(plan) => Some(time_gemv(
+            dev,
+            plan,
+            (w, &bytes),
+            &x_dev,
+            q8.as_mut(),
+            &mut y_dev,
+        )?),
         None => None,
     };
     Ok(CaseResult {
-        op: "gemv",
+        op: match act {
+            Activations::F32 => "gemv",
+            Activations::Int8 => "gemv_q8a",
+        },
         dtype: ty.name().to_string(),
         shape: format!("{n_rows}x{n_cols}"),
         error: nmse(&got, &exact),
@@ -166,13 +205,14 @@ pub fn check_gemv(
     })
 }
 
-/// Times GEMV launches rotating over enough copies of the weights to defeat the L2 cache.
+/// Times GEMV launches rotating over enough copies of the weights to defeat the L2 cache;
+/// with `q8`, each launch quantizes the activations first (timed with it).
 fn time_gemv(
     dev: &CudaDevice,
     plan: &TimingPlan,
-    first: QuantMatrix,
-    bytes: &[u8],
+    (first, bytes): (QuantMatrix, &[u8]),
     x: &CudaSlice<f32>,
+    mut q8: Option<&mut crate::Q8Activations>,
     y: &mut CudaSlice<f32>,
 ) -> Result<Timing, CudaError> {
     let (ty, n_rows, n_cols) = (first.ty(), first.n_rows(), first.n_cols());
@@ -181,7 +221,13 @@ fn time_gemv(
     for _ in 1..copies {
         mats.push(dev.upload_matrix(ty, n_rows, n_cols, bytes)?);
     }
-    let seconds = median_launch_time(dev, plan, |i| dev.gemv(&mats[i % mats.len()], x, y))?;
+    let seconds = median_launch_time(dev, plan, |i| {
+        let w = &mats[i % mats.len()];
+        match q8.as_deref_mut() {
+            None => dev.gemv(w, x, y),
+            Some(q8) => dev.gemv_q8a(w, x, q8, y),
+        }
+    })?;
     Ok(Timing {
         seconds,
         bytes: bytes.len(),

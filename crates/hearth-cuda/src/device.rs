@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 27] = [
+pub(crate) const KERNEL_NAMES: [&str; 37] = [
     "gemv_f16",
     "gemv_q8_0",
     "gemv_q4_0",
@@ -45,6 +45,16 @@ pub(crate) const KERNEL_NAMES: [&str; 27] = [
     "gemv3_q4_k",
     "gemv3_q6_k",
     "qk_norm_rope",
+    "quantize_q8_1",
+    "gemv_q8a_q8_0",
+    "gemv_q8a_q4_0",
+    "gemv_q8a_q4_k",
+    "gemv_q8a_q6_k",
+    "gemv3_q8a_q8_0",
+    "gemv3_q8a_q4_0",
+    "gemv3_q8a_q4_k",
+    "gemv3_q8a_q6_k",
+    "scatter_add_rows",
 ];
 
 /// Bytes of padding after a weight matrix: the GEMV kernels' last 16-byte load of a row may

@@ -16,6 +16,14 @@ pub const GEMV_TYPES: [GgmlType; 5] = [
     GgmlType::Q6_K,
 ];
 
+/// Weight types with an int8-activation GEMV kernel (kernels/gemv_q8a.cu).
+pub const GEMV_Q8A_TYPES: [GgmlType; 4] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+];
+
 /// Warps per thread block of the GEMV kernels and output rows per warp (F16 kernel: one row
 /// per warp); kernels/gemv.cu agrees.
 const GEMV_WARPS_PER_BLOCK: u32 = 4;
@@ -38,6 +46,27 @@ pub(crate) fn gemv_kernel_name(ty: GgmlType) -> Option<&'static str> {
         GgmlType::Q6_K => "gemv_q6_k",
         _ => return None,
     })
+}
+
+/// The int8-activation GEMV kernel for `ty` and its three-matrix (q, k, v) sibling.
+pub(crate) fn gemv_q8a_kernel_names(ty: GgmlType) -> Option<(&'static str, &'static str)> {
+    Some(match ty {
+        GgmlType::Q8_0 => ("gemv_q8a_q8_0", "gemv3_q8a_q8_0"),
+        GgmlType::Q4_0 => ("gemv_q8a_q4_0", "gemv3_q8a_q4_0"),
+        GgmlType::Q4_K => ("gemv_q8a_q4_k", "gemv3_q8a_q4_k"),
+        GgmlType::Q6_K => ("gemv_q8a_q6_k", "gemv3_q8a_q6_k"),
+        _ => return None,
+    })
+}
+
+/// Threads per block of the activation quantizer: one warp per 32-value group.
+pub(crate) const QUANTIZE_THREADS: u32 = 256;
+
+/// Activations quantized to int8 for the int8-activation GEMV kernels: the values of one
+/// activation row, and (d, d · Σq) per 32-value group (kernels/gemv_q8a.cu).
+pub struct Q8Activations {
+    xq: CudaSlice<i8>,
+    xds: CudaSlice<f32>,
 }
 
 fn as_i32(op: &'static str, what: &str, v: usize) -> Result<i32, CudaError> {
@@ -107,6 +136,93 @@ impl CudaDevice {
         // SAFETY: argument types and order match the kernel; the sizes were checked above and
         // the weight buffer carries the padding the kernel's last loads may touch.
         unsafe { launch.launch(cfg) }.map_err(driver("gemv launch"))?;
+        Ok(())
+    }
+
+    /// Room for one quantized activation row of `n_cols` values (a multiple of 32).
+    pub fn alloc_q8_activations(&self, n_cols: usize) -> Result<Q8Activations, CudaError> {
+        if n_cols == 0 || !n_cols.is_multiple_of(32) {
+            return Err(shape(
+                "gemv_q8a",
+                format!("{n_cols} columns are not whole 32-value groups"),
+            ));
+        }
+        let stream = self.stream();
+        Ok(Q8Activations {
+            xq: stream
+                .alloc_zeros::<i8>(n_cols)
+                .map_err(driver("activation buffer"))?,
+            xds: stream
+                .alloc_zeros::<f32>(n_cols / 16)
+                .map_err(driver("activation buffer"))?,
+        })
+    }
+
+    /// `y = W · x` with `x` quantized to int8 into `act` first (both kernels are launched).
+    pub fn gemv_q8a(
+        &self,
+        w: &QuantMatrix,
+        x: &CudaSlice<f32>,
+        act: &mut Q8Activations,
+        y: &mut CudaSlice<f32>,
+    ) -> Result<(), CudaError> {
+        let op = "gemv_q8a";
+        let (name, _) =
+            gemv_q8a_kernel_names(w.ty).ok_or(CudaError::Unsupported { op, ty: w.ty })?;
+        if x.len() < w.n_cols || y.len() < w.n_rows || act.xq.len() != w.n_cols {
+            return Err(shape(
+                op,
+                format!(
+                    "{}x{} weights need x and activations of {} and y of {} values, got {}, {} and {}",
+                    w.n_rows,
+                    w.n_cols,
+                    w.n_cols,
+                    w.n_rows,
+                    x.len(),
+                    act.xq.len(),
+                    y.len()
+                ),
+            ));
+        }
+        let (rows, cols) = (
+            as_i32(op, "rows", w.n_rows)?,
+            as_i32(op, "columns", w.n_cols)?,
+        );
+        let groups = w.n_cols / 32;
+        let cfg = LaunchConfig {
+            grid_dim: (grid(groups, QUANTIZE_THREADS / 32), 1, 1),
+            block_dim: (QUANTIZE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self
+            .stream()
+            .launch_builder(self.function("quantize_q8_1")?);
+        launch.arg(x).arg(&mut act.xq).arg(&mut act.xds).arg(&cols);
+        // SAFETY: argument types and order match the kernel; x holds n_cols values and the
+        // activation buffers n_cols bytes and n_cols / 32 pairs.
+        unsafe { launch.launch(cfg) }.map_err(driver("quantize launch"))?;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                grid(w.n_rows, GEMV_WARPS_PER_BLOCK * GEMV_ROWS_PER_WARP),
+                1,
+                1,
+            ),
+            block_dim: (GEMV_WARPS_PER_BLOCK * 32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self.stream().launch_builder(self.function(name)?);
+        let (no_w2, mode) = (0u64, 0i32);
+        launch
+            .arg(&w.data)
+            .arg(&no_w2)
+            .arg(&act.xq)
+            .arg(&act.xds)
+            .arg(y)
+            .arg(&rows)
+            .arg(&cols)
+            .arg(&mode);
+        // SAFETY: as for `gemv`, with the quantized activations sized above.
+        unsafe { launch.launch(cfg) }.map_err(driver("gemv_q8a launch"))?;
         Ok(())
     }
 

@@ -78,6 +78,47 @@ pub fn abs_weight_rows(ty: GgmlType, bytes: &[u8], n_rows: usize, n_cols: usize)
     w
 }
 
+/// The activations as the int8-activation GEMV kernels see them (kernels/gemv_q8a.cu,
+/// `quantize_q8_1`): per 32-value group, `q = round_half_even(x * (127 / amax))` and
+/// `d = amax / 127` rounded to f16, both as on the GPU; returns `d * q` per value, exact in f64.
+pub fn quantize_q8a_f64(x: &[f32]) -> Vec<f64> {
+    x.chunks(32)
+        .flat_map(|g| {
+            let amax = g.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = f16::from_f32(amax / 127.0).to_f32();
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            g.iter()
+                .map(move |&v| d as f64 * (v * id).round_ties_even() as f64)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The magnitudes the int8-activation kernels' rounding errors scale with: as
+/// [`abs_weight_rows`], except Q4_0, whose kernel computes `d·q·x` and `8·d·Σx` apart, so its
+/// magnitude is `d·(q + 8) = d·(q − 8) + 16·d` (q in 0..16).
+pub fn abs_weight_rows_q8a(ty: GgmlType, bytes: &[u8], n_rows: usize, n_cols: usize) -> Vec<f32> {
+    if ty != GgmlType::Q4_0 {
+        return abs_weight_rows(ty, bytes, n_rows, n_cols);
+    }
+    let w = dequantize_rows(ty, bytes, n_rows, n_cols);
+    // d·(q + 8) from d·(q − 8): add 16·d, d being each block's (positive) scale.
+    w.chunks(32)
+        .zip(bytes.chunks_exact(18))
+        .flat_map(|(vals, block)| {
+            let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
+            vals.iter().map(move |&v| v + 16.0 * d).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `W · x` in f64 over f32 weights and f64 activations.
+pub fn gemv_f64_x64(w: &[f32], x: &[f64], n_cols: usize) -> Vec<f64> {
+    w.par_chunks(n_cols)
+        .map(|row| row.iter().zip(x).map(|(&a, &b)| a as f64 * b).sum())
+        .collect()
+}
+
 /// `W · x` in f64 over f32 weights `w` (`[n_rows, n_cols]`).
 pub fn gemv_f64(w: &[f32], x: &[f32], n_cols: usize) -> Vec<f64> {
     w.par_chunks(n_cols)

@@ -1,8 +1,12 @@
 //! GPU checks of every kernel against the CPU reference. Without a usable GPU each test prints
 //! "skipped: <reason>" and returns, so CI (no GPU) passes while showing what did not run.
 
-use hearth_cuda::conformance::{argmax_rows, check_argmax, check_gemv, check_rms_norm};
-use hearth_cuda::{probe, CudaDevice, CudaError, KernelCache, KernelOrigin, GEMV_TYPES};
+use hearth_cuda::conformance::{
+    argmax_rows, check_argmax, check_gemv, check_rms_norm, Activations,
+};
+use hearth_cuda::{
+    probe, CudaDevice, CudaError, KernelCache, KernelOrigin, GEMV_Q8A_TYPES, GEMV_TYPES,
+};
 use hearth_quant::GgmlType;
 use rand::SeedableRng;
 use std::io::Write;
@@ -40,13 +44,19 @@ fn gemv_matches_reference_for_every_type_and_odd_shapes() {
             if ty.bytes_for(cols as u64).is_none() {
                 continue;
             }
-            let case = check_gemv(&dev, ty, rows, cols, None, &mut rng).unwrap();
-            assert!(
-                case.passed(),
-                "{ty} {rows}x{cols}: nmse {} > {}",
-                case.error,
-                case.bound
-            );
+            let mut acts = vec![Activations::F32];
+            if GEMV_Q8A_TYPES.contains(&ty) {
+                acts.push(Activations::Int8);
+            }
+            for act in acts {
+                let case = check_gemv(&dev, ty, (rows, cols), act, None, &mut rng).unwrap();
+                assert!(
+                    case.passed(),
+                    "{ty} {rows}x{cols} {act:?}: nmse {} > {}",
+                    case.error,
+                    case.bound
+                );
+            }
         }
     }
 }

@@ -88,6 +88,18 @@ fn tiny_qwen3_q8_0_batched_equals_alone() {
     check("tiny-qwen3-q8_0.gguf", 0.0);
 }
 
+/// Sparse experts: tokens of one batch route to different experts, each expert runs once on
+/// its rows, and every row still gets what it gets alone.
+#[test]
+fn tiny_mixtral_batched_equals_alone() {
+    check("hf-tiny-mixtral", 0.0);
+}
+
+#[test]
+fn tiny_qwen3_moe_q8_0_batched_equals_alone() {
+    check("tiny-qwen3-moe-q8_0.gguf", 0.0);
+}
+
 #[test]
 fn smollm2_batched_equals_alone() {
     check("SmolLM2-135M-Instruct.Q4_1.gguf", 0.0);

@@ -167,6 +167,18 @@ fn hf_tiny_qwen2_biases() {
     check(&fixture("hf-tiny-qwen2"));
 }
 
+/// Sparse experts: routing is read back to the host and the experts' outputs are added by
+/// the default (host) `scatter_add_rows`.
+#[test]
+fn tiny_qwen3_moe_q8_0() {
+    check(&fixture("tiny-qwen3-moe-q8_0.gguf"));
+}
+
+#[test]
+fn hf_tiny_mixtral() {
+    check(&fixture("hf-tiny-mixtral"));
+}
+
 #[test]
 fn models_from_the_environment() {
     let Some(list) = std::env::var_os("HEARTH_CUDA_TEST_MODELS") else {

@@ -125,6 +125,84 @@ fn qwen2_f32_with_qkv_bias_matches_transformers() {
     check_f32_folder("hf-tiny-qwen2");
 }
 
+/// Mixtral: 4 experts per layer, top-2 routing with renormalised weights.
+#[test]
+fn mixtral_f32_matches_transformers() {
+    check_f32_folder("hf-tiny-mixtral");
+}
+
+/// Qwen 3 MoE: QK-norm attention, 4 experts per layer, top-2, `norm_topk_prob`.
+#[test]
+fn qwen3_moe_f32_matches_transformers() {
+    check_f32_folder("hf-tiny-qwen3-moe");
+}
+
+/// Sparse-block layouts hearth does not run are refused naming the key, missing experts naming
+/// the tensor.
+#[test]
+fn bad_moe_folders_name_the_key_or_tensor() {
+    let dir = scratch_copy("hf-tiny-qwen3-moe", "mlponly");
+    edit(
+        &dir.join("config.json"),
+        "\"mlp_only_layers\": []",
+        "\"mlp_only_layers\": [1]",
+    );
+    let e = load_error(&dir);
+    assert!(e.contains("'mlp_only_layers'"), "{e}");
+
+    let dir = scratch_copy("hf-tiny-qwen3-moe", "sparsestep");
+    edit(
+        &dir.join("config.json"),
+        "\"decoder_sparse_step\": 1",
+        "\"decoder_sparse_step\": 2",
+    );
+    let e = load_error(&dir);
+    assert!(e.contains("'decoder_sparse_step'"), "{e}");
+
+    let dir = scratch_copy("hf-tiny-mixtral", "topk");
+    edit(
+        &dir.join("config.json"),
+        "\"num_experts_per_tok\": 2",
+        "\"num_experts_per_tok\": 5",
+    );
+    let e = load_error(&dir);
+    assert!(
+        e.contains("'num_experts_per_tok'") && e.contains("5 experts per token of 4"),
+        "{e}"
+    );
+
+    let dir = scratch_copy("hf-tiny-mixtral", "window");
+    edit(
+        &dir.join("config.json"),
+        "\"sliding_window\": null",
+        "\"sliding_window\": 4096",
+    );
+    let e = load_error(&dir);
+    assert!(e.contains("'sliding_window'"), "{e}");
+
+    // An expert's tensor under a name hearth does not know: the error names what it looked for.
+    let dir = scratch_copy("hf-tiny-mixtral", "expert");
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).expect("read");
+    let (from, to) = (
+        b"layers.1.block_sparse_moe.experts.3.w3.weight",
+        b"layers.1.block_sparse_moe.experts.3.w9.weight",
+    );
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("header entry");
+    let mut bytes = bytes;
+    bytes[at..at + to.len()].copy_from_slice(to);
+    std::fs::write(&path, bytes).expect("write");
+    let e = load_error(&dir);
+    assert!(
+        e.contains("model.layers.1.mlp.experts.3.up_proj.weight")
+            && e.contains("model.layers.1.block_sparse_moe.experts.3.w3.weight"),
+        "{e}"
+    );
+}
+
 #[test]
 fn llama_bf16_matches_transformers_within_bf16_error() {
     let dir = fixture("hf-tiny-llama-bf16");
@@ -383,6 +461,32 @@ fn llama3_rope_scaling_is_checked_by_the_fixture() {
     let (max_diff, _) = run_prompts(&mut opened.expect("loads"), &r);
     eprintln!("without llama3 scaling: max |logit diff| = {max_diff:e}");
     assert!(max_diff > 2e-2, "unscaled rope gives {max_diff}");
+}
+
+/// The Qwen 3 MoE fixture checks the renormalisation of the top-k weights: without it the
+/// logits move far beyond the tolerance above.
+#[test]
+fn qwen3_moe_norm_topk_prob_is_checked_by_the_fixture() {
+    let dir = scratch_copy("hf-tiny-qwen3-moe", "unnormalised");
+    edit(
+        &dir.join("config.json"),
+        "\"norm_topk_prob\": true",
+        "\"norm_topk_prob\": false",
+    );
+    let r = reference(&dir);
+    let opened = Engine::load(
+        &dir,
+        &EngineOptions {
+            n_ctx: 1024,
+            n_threads: 2,
+            device: common::test_device(),
+            ..EngineOptions::default()
+        },
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let (max_diff, _) = run_prompts(&mut opened.expect("loads"), &r);
+    eprintln!("without norm_topk_prob: max |logit diff| = {max_diff:e}");
+    assert!(max_diff > 2e-2, "unnormalised routing gives {max_diff}");
 }
 
 /// Every HF architecture hearth claims has a fixture checked against transformers.

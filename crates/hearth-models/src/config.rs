@@ -3,7 +3,7 @@
 use hearth_backend::{Activation, RopeKind, RopeSpec};
 use hearth_gguf::Metadata;
 
-use crate::ModelError;
+use crate::{ModelError, MoeConfig};
 
 /// Whether a layer attends to the whole context or a sliding window of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +48,9 @@ pub struct DecoderConfig {
     pub sliding_window: Option<usize>,
     /// `[n_layers]`
     pub layer_kinds: Vec<LayerKind>,
+    /// Sparse mixture-of-experts feed-forward in every layer (Mixtral, Qwen 3 MoE);
+    /// `None`: a dense one of width `n_ff`.
+    pub moe: Option<MoeConfig>,
 }
 
 impl DecoderConfig {
@@ -182,6 +185,7 @@ impl CommonHparams {
             final_softcap: None,
             sliding_window: None,
             layer_kinds: vec![LayerKind::Global; self.n_layers],
+            moe: None,
         }
     }
 }

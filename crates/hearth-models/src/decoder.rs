@@ -9,6 +9,7 @@
 
 use hearth_backend::{AttnBatch, AttnParams, Backend};
 
+use crate::moe::SparseFfn;
 use crate::{Batch, DecoderConfig, LayerKind, ModelError, TensorLoader};
 
 /// The weights of one transformer block (HF names in comments).
@@ -23,10 +24,19 @@ struct Layer<W> {
     qkv_bias: Option<QkvBias>, // self_attn.{q,k,v}_proj.bias (Qwen 2)
     attn_post_norm: Option<W>, // post_attention_layernorm (Gemma)
     ffn_norm: W, // post_attention_layernorm (Llama) / pre_feedforward_layernorm (Gemma)
-    ffn_gate: W, // mlp.gate_proj  [n_ff, n_embd]
-    ffn_up: W,   // mlp.up_proj
-    ffn_down: W, // mlp.down_proj  [n_embd, n_ff]
+    ffn: Ffn<W>,
     ffn_post_norm: Option<W>, // post_feedforward_layernorm (Gemma)
+}
+
+/// A layer's feed-forward block.
+enum Ffn<W> {
+    Dense {
+        gate: W, // mlp.gate_proj  [n_ff, n_embd]
+        up: W,   // mlp.up_proj
+        down: W, // mlp.down_proj  [n_embd, n_ff]
+    },
+    /// A router and its experts (Mixtral, Qwen 3 MoE).
+    Sparse(SparseFfn<W>),
 }
 
 /// Query, key and value projection biases, kept on the host: they are added as one broadcast
@@ -89,6 +99,12 @@ impl<B: Backend> DecoderModel<B> {
     pub fn load(config: DecoderConfig, loader: &TensorLoader<B>) -> Result<Self, ModelError> {
         let c = &config;
         let (e, q_dim, kv_dim) = (c.n_embd, c.n_heads * c.head_dim, c.kv_dim());
+        if c.moe.is_some() && c.post_norms {
+            return Err(ModelError::BadConfig {
+                key: format!("{}.expert_count", c.arch),
+                reason: "experts with post-feed-forward norms are not supported yet".into(),
+            });
+        }
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
@@ -115,9 +131,14 @@ impl<B: Backend> DecoderModel<B> {
                 },
                 attn_post_norm: norm_opt("post_attention_norm", e, c.post_norms)?,
                 ffn_norm: loader.load(&n("ffn_norm"), 1, e)?,
-                ffn_gate: loader.load(&n("ffn_gate"), c.n_ff, e)?,
-                ffn_up: loader.load(&n("ffn_up"), c.n_ff, e)?,
-                ffn_down: loader.load(&n("ffn_down"), e, c.n_ff)?,
+                ffn: match &c.moe {
+                    Some(moe) => Ffn::Sparse(SparseFfn::load(loader, i, moe, e)?),
+                    None => Ffn::Dense {
+                        gate: loader.load(&n("ffn_gate"), c.n_ff, e)?,
+                        up: loader.load(&n("ffn_up"), c.n_ff, e)?,
+                        down: loader.load(&n("ffn_down"), e, c.n_ff)?,
+                    },
+                },
                 ffn_post_norm: norm_opt("post_ffw_norm", e, c.post_norms)?,
             });
         }
@@ -243,7 +264,9 @@ impl<B: Backend> DecoderModel<B> {
             && batch.logits_rows.len() == n
             && batch.logits_rows.iter().enumerate().all(|(i, &r)| i == r);
         let tracing = self.trace.lock().map(|t| t.is_some()).unwrap_or(true);
-        (decode && !tracing).then_some(n as u64)
+        // NOTE: expert routing reads router logits back and sizes matmuls by them.
+        let sparse = self.config.moe.is_some();
+        (decode && !tracing && !sparse).then_some(n as u64)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -281,16 +304,15 @@ impl<B: Backend> DecoderModel<B> {
             }
             self.project_add(be, &layer.wo, &ctx, layer.attn_post_norm.as_ref(), &mut x)?;
             let h = be.rms_norm_copy(&x, &layer.ffn_norm, c.rms_eps)?;
-            let (n, _) = be.shape(&h);
-            let mut act = be.alloc(n, c.n_ff)?; // [n_tokens, n_ff]
-            be.gated_matmul(&layer.ffn_gate, &layer.ffn_up, &h, c.activation, &mut act)?;
-            self.project_add(
-                be,
-                &layer.ffn_down,
-                &act,
-                layer.ffn_post_norm.as_ref(),
-                &mut x,
-            )?;
+            match &layer.ffn {
+                Ffn::Dense { gate, up, down } => {
+                    let (n, _) = be.shape(&h);
+                    let mut act = be.alloc(n, c.n_ff)?; // [n_tokens, n_ff]
+                    be.gated_matmul(gate, up, &h, c.activation, &mut act)?;
+                    self.project_add(be, down, &act, layer.ffn_post_norm.as_ref(), &mut x)?;
+                }
+                Ffn::Sparse(moe) => moe.forward_add(be, &h, c.activation, &mut x)?,
+            }
             if il + 1 < self.layers.len() {
                 self.record(be, &x, false);
             }

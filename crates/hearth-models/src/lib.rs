@@ -14,6 +14,7 @@ pub mod encoder;
 mod error;
 pub mod hf;
 mod loader;
+mod moe;
 pub mod registry;
 
 pub use batch::Batch;
@@ -21,3 +22,4 @@ pub use config::{DecoderConfig, LayerKind};
 pub use decoder::DecoderModel;
 pub use error::ModelError;
 pub use loader::{GgufTensorBytes, TensorLoader, TensorSource};
+pub use moe::MoeConfig;

@@ -18,27 +18,56 @@ pub trait TensorSource: Send + Sync {
     /// Whether the source has tensor `name` (or must have it: a source may answer `true` for
     /// a tensor its config requires, so that loading it names the missing tensor).
     fn contains(&self, name: &str) -> bool;
+    /// Expert `expert` of `name`, a stack of `n_expert` `[rows, cols]` matrices (llama.cpp's
+    /// `blk.0.ffn_up_exps.weight`), as a weight of its own: a view of its rows in the stored
+    /// type, not a copy.
+    fn expert(
+        &self,
+        name: &str,
+        expert: usize,
+        n_expert: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<HostWeight, ModelError>;
 }
 
-/// The bytes of one tensor of a memory-mapped GGUF file; keeps the file mapped while alive.
+/// The bytes of one tensor of a memory-mapped GGUF file (or of a range of its bytes: one
+/// expert of a stacked expert tensor); keeps the file mapped while alive.
 pub struct GgufTensorBytes {
     file: Arc<GgufFile>,
     index: usize,
+    /// `None`: the whole tensor.
+    range: Option<std::ops::Range<usize>>,
 }
 
 impl ByteSource for GgufTensorBytes {
     fn bytes(&self) -> &[u8] {
-        self.file.tensor_data(&self.file.tensors()[self.index])
+        let all = self.file.tensor_data(&self.file.tensors()[self.index]);
+        match &self.range {
+            Some(r) => all.get(r.clone()).unwrap_or(&[]),
+            None => all,
+        }
     }
+}
+
+/// The name of expert `expert` of stacked tensor `name` in files that store experts one by
+/// one: `blk.0.ffn_up_exps.weight` → `blk.0.ffn_up.3.weight`.
+fn split_expert_name(name: &str, expert: usize) -> Option<String> {
+    let stem = name.strip_suffix("_exps.weight")?;
+    Some(format!("{stem}.{expert}.weight"))
+}
+
+/// The index of tensor `name` in `file`.
+fn tensor_index(file: &GgufFile, name: &str) -> Result<usize, ModelError> {
+    file.tensors()
+        .iter()
+        .position(|t| t.name == name)
+        .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
 }
 
 impl TensorSource for Arc<GgufFile> {
     fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
-        let index = self
-            .tensors()
-            .iter()
-            .position(|t| t.name == name)
-            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let index = tensor_index(self, name)?;
         let info = &self.tensors()[index];
         let dims: Vec<u64> = info.dims.clone();
         let want: Vec<u64> = if rows == 1 {
@@ -65,12 +94,62 @@ impl TensorSource for Arc<GgufFile> {
             data: Arc::new(GgufTensorBytes {
                 file: self.clone(),
                 index,
+                range: None,
             }),
         })
     }
 
     fn contains(&self, name: &str) -> bool {
         self.tensor(name).is_some()
+    }
+
+    fn expert(
+        &self,
+        name: &str,
+        expert: usize,
+        n_expert: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<HostWeight, ModelError> {
+        let index = match tensor_index(self, name) {
+            Ok(i) => i,
+            // NOTE: GGUF files converted before llama.cpp stacked the experts (early Mixtral
+            // files) store each as `blk.N.ffn_gate.E.weight`.
+            Err(missing) => match split_expert_name(name, expert) {
+                Some(one) if self.tensor(&one).is_some() => return self.host(&one, rows, cols),
+                _ => return Err(missing),
+            },
+        };
+        let info = &self.tensors()[index];
+        let bad = |reason: String| ModelError::BadTensor {
+            name: name.to_string(),
+            reason,
+        };
+        // GGUF lists dimensions fastest first: [cols, rows, n_expert].
+        let want = [cols as u64, rows as u64, n_expert as u64];
+        if info.dims != want {
+            return Err(bad(format!("shape {:?}, expected {want:?}", info.dims)));
+        }
+        let row_bytes = info.ty.bytes_for(cols as u64).ok_or_else(|| {
+            bad(format!(
+                "{cols} columns is not a whole number of {} blocks",
+                info.ty
+            ))
+        })? as usize;
+        // NOTE: each expert is `rows` whole rows, so its bytes are one contiguous range and the
+        // backend runs it in its stored (possibly quantized) type like any other weight.
+        let size = rows * row_bytes;
+        Ok(HostWeight {
+            name: format!("{name}[{expert}]"),
+            ty: info.ty,
+            rows,
+            cols,
+            data: Arc::new(GgufTensorBytes {
+                file: self.clone(),
+                index,
+                range: Some(expert * size..(expert + 1) * size),
+            }),
+        })
     }
 }
 
@@ -99,6 +178,20 @@ impl<'b, B: Backend> TensorLoader<'b, B> {
     /// Tensor `name` prepared by the backend.
     pub fn load(&self, name: &str, rows: usize, cols: usize) -> Result<B::Weight, ModelError> {
         Ok(self.backend.load_weight(self.host(name, rows, cols)?)?)
+    }
+
+    /// Expert `expert` of the stacked expert tensor `name` (see [`TensorSource::expert`]),
+    /// prepared by the backend.
+    pub fn load_expert(
+        &self,
+        name: &str,
+        expert: usize,
+        n_expert: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<B::Weight, ModelError> {
+        let host = self.source.expert(name, expert, n_expert, rows, cols)?;
+        Ok(self.backend.load_weight(host)?)
     }
 
     /// Vector `name` of length `len`, widened to f32 on the host (small tensors such as

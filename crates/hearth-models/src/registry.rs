@@ -18,6 +18,7 @@ pub const ARCHITECTURES: &[(&str, ConfigFn)] = &[
     ("qwen2", arch::qwen2::config),
     ("qwen3", arch::qwen3::config),
     ("gemma3", arch::gemma3::config),
+    ("qwen3moe", arch::qwen3moe::config),
 ];
 
 /// HF `architectures[0]` → how to configure it from `config.json`.
@@ -25,6 +26,8 @@ pub const HF_ARCHITECTURES: &[(&str, HfConfigFn)] = &[
     ("LlamaForCausalLM", arch::llama::hf_config),
     ("Qwen2ForCausalLM", arch::qwen2::hf_config),
     ("Qwen3ForCausalLM", arch::qwen3::hf_config),
+    ("MixtralForCausalLM", arch::mixtral::hf_config),
+    ("Qwen3MoeForCausalLM", arch::qwen3moe::hf_config),
 ];
 
 /// How to configure the HF architecture `name`.

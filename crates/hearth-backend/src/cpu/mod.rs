@@ -325,6 +325,22 @@ impl Backend for CpuBackend {
         })
     }
 
+    fn scatter_add_rows(
+        &self,
+        x: &mut CpuTensor,
+        y: &CpuTensor,
+        rows: &[usize],
+        weights: &[f32],
+    ) -> Result<(), BackendError> {
+        crate::check_scatter(x.rows, x.cols, y.rows, y.cols, rows, weights)?;
+        let cols = x.cols;
+        for (i, (&r, &w)) in rows.iter().zip(weights).enumerate() {
+            let dst = &mut x.data[r * cols..(r + 1) * cols];
+            dst.iter_mut().zip(y.row(i)).for_each(|(d, s)| *d += w * s);
+        }
+        Ok(())
+    }
+
     fn attention(
         &self,
         q: &CpuTensor,
@@ -337,5 +353,32 @@ impl Backend for CpuBackend {
         out: &mut CpuTensor,
     ) -> Result<(), BackendError> {
         attention::attention(q, k, v, cache, layer, batch, params, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scatter_add_rows_adds_weighted_rows_to_their_targets() {
+        let be = CpuBackend::new(1).expect("cpu backend");
+        let mut x = be.upload(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 3, 2).expect("x");
+        let y = be.upload(&[10.0, 20.0, 30.0, 40.0], 2, 2).expect("y");
+        // Row 2 twice: contributions to one row accumulate.
+        be.scatter_add_rows(&mut x, &y, &[2, 2], &[0.5, 0.25])
+            .expect("scatter");
+        assert_eq!(
+            x.data,
+            vec![1.0, 2.0, 3.0, 4.0, 5.0 + 5.0 + 7.5, 6.0 + 10.0 + 10.0]
+        );
+        let e = be
+            .scatter_add_rows(&mut x, &y, &[0, 3], &[1.0, 1.0])
+            .expect_err("row 3 of 3");
+        assert!(e.to_string().contains("target row 3 of 3"), "{e}");
+        let e = be
+            .scatter_add_rows(&mut x, &y, &[0], &[1.0])
+            .expect_err("one target for two rows");
+        assert!(e.to_string().contains("1 targets"), "{e}");
     }
 }

@@ -49,6 +49,12 @@ pub fn run(a: ShowArgs) -> anyhow::Result<()> {
         config.n_heads, config.n_kv_heads, config.head_dim
     );
     println!("  feed-forward      {}", config.n_ff);
+    if let Some(m) = &config.moe {
+        println!(
+            "  experts           {} per layer, {} per token, {} wide",
+            m.n_expert, m.n_expert_used, m.n_ff_expert
+        );
+    }
     println!("  vocabulary        {}", config.n_vocab);
     println!("  context length    {} (trained)", config.n_ctx_train);
     if let Some(w) = config.sliding_window {

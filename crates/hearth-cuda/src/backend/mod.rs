@@ -285,7 +285,7 @@ impl Backend for CudaBackend {
         }
         let mut st = self.state()?;
         let outs = [&*out[0], &*out[1], &*out[2]];
-        if !self.launch_matmul3(&st, w, x, outs)? {
+        if !self.launch_matmul3(&mut st, w, x, outs)? {
             for (w, o) in w.into_iter().zip(outs) {
                 self.launch_matmul(&mut st, w, x, o, false)?;
             }
@@ -374,7 +374,7 @@ impl Backend for CudaBackend {
         check_matmul(up, x, out)?;
         let mut st = self.state()?;
         let gelu = act == Activation::GeluTanh;
-        if self.launch_gated(&st, gate, up, x, gelu, out)? {
+        if self.launch_gated(&mut st, gate, up, x, gelu, out)? {
             return Ok(());
         }
         let u = self.tensor(&mut st, out.rows, out.cols)?;
@@ -502,6 +502,43 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    fn scatter_add_rows(
+        &self,
+        x: &mut CudaTensor,
+        y: &CudaTensor,
+        rows: &[usize],
+        weights: &[f32],
+    ) -> Result<(), BackendError> {
+        hearth_backend::check_scatter(x.rows, x.cols, y.rows, y.cols, rows, weights)?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        // One thread block per row of y, all at once: a target row twice would race.
+        let mut seen = vec![false; x.rows];
+        check(
+            rows.iter().all(|&r| !std::mem::replace(&mut seen[r], true)),
+            || "scatter_add_rows: a target row appears twice".into(),
+        )?;
+        let mut st = self.state()?;
+        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let dev_idx = self.stage_u32(&mut st, None, &idx)?;
+        let dev_w = self.stage(&mut st, None, bytemuck::cast_slice(weights))?;
+        self.launch(
+            &st,
+            "scatter_add_rows",
+            (rows.len() as u32, 1),
+            256,
+            &[
+                Arg::P(x.ptr),
+                Arg::P(y.ptr),
+                Arg::P(dev_idx),
+                Arg::P(dev_w),
+                Arg::I(x.cols as i32),
+            ],
+        )?;
+        Ok(())
+    }
+
     fn gather_rows(&self, x: &CudaTensor, rows: &[usize]) -> Result<CudaTensor, BackendError> {
         check(rows.iter().all(|&r| r < x.rows), || {
             "gather of a row past the end".into()
@@ -512,7 +549,9 @@ impl Backend for CudaBackend {
             return Ok(out);
         }
         let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-        let dev_idx = self.stage_u32(&mut st, key_of(rows, "rows"), &idx)?;
+        // NOTE: no staging key: a mixture-of-experts layer gathers a fresh row list per expert,
+        // and a freed list's address (the key) may come back holding other rows.
+        let dev_idx = self.stage_u32(&mut st, None, &idx)?;
         self.launch(
             &st,
             "gather_rows",

@@ -11,9 +11,9 @@
 use std::process::ExitCode;
 
 use hearth_cuda::conformance::{
-    check_argmax, check_gemv, check_rms_norm, copy_bandwidth, CaseResult, TimingPlan,
+    check_argmax, check_gemv, check_rms_norm, copy_bandwidth, Activations, CaseResult, TimingPlan,
 };
-use hearth_cuda::{probe_device, CudaDevice, CudaError, KernelCache, GEMV_TYPES};
+use hearth_cuda::{probe_device, CudaDevice, CudaError, KernelCache, GEMV_Q8A_TYPES, GEMV_TYPES};
 use rand::SeedableRng;
 
 /// (rows, cols) of the GEMV cases: the attention, FFN and vocabulary shapes of Qwen2-0.5B
@@ -112,8 +112,20 @@ fn run(args: &Args) -> Result<bool, CudaError> {
             if ty.bytes_for(cols as u64).is_none() {
                 continue;
             }
-            let case = check_gemv(&dev, ty, rows, cols, plan.as_ref(), &mut rng)?;
+            let case = check_gemv(
+                &dev,
+                ty,
+                (rows, cols),
+                Activations::F32,
+                plan.as_ref(),
+                &mut rng,
+            )?;
             all_passed &= print_case(&case, copy_gbps);
+            if GEMV_Q8A_TYPES.contains(&ty) {
+                let act = Activations::Int8;
+                let case = check_gemv(&dev, ty, (rows, cols), act, plan.as_ref(), &mut rng)?;
+                all_passed &= print_case(&case, copy_gbps);
+            }
         }
     }
     for (rows, dim) in [(1, 896), (64, 4096), (3, 2048), (5, 100)] {
@@ -136,7 +148,7 @@ fn run(args: &Args) -> Result<bool, CudaError> {
 
 fn print_header() {
     println!(
-        "{:<9} {:<5} {:>12} {:>10} {:>10} {:<4} {:>9} {:>8} {:>8}",
+        "{:<14} {:<5} {:>12} {:>10} {:>10} {:<4} {:>9} {:>8} {:>8}",
         "op", "dtype", "shape", "error", "bound", "ok", "median", "GB/s", "of copy"
     );
 }
@@ -154,7 +166,7 @@ fn print_case(case: &CaseResult, copy_gbps: Option<f64>) -> bool {
         _ => String::new(),
     };
     println!(
-        "{:<9} {:<5} {:>12} {:>10.2e} {:>10.2e} {:<4} {}",
+        "{:<14} {:<5} {:>12} {:>10.2e} {:>10.2e} {:<4} {}",
         case.op,
         case.dtype,
         case.shape,

@@ -4,7 +4,7 @@ use hearth_backend::RopeKind;
 use hearth_gguf::GgufFile;
 
 use crate::hf::config::{decoder_config, HfConfig};
-use crate::{config::CommonHparams, DecoderConfig, ModelError};
+use crate::{config::CommonHparams, DecoderConfig, ModelError, MoeConfig};
 
 pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
     let arch = "llama";
@@ -14,6 +14,8 @@ pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
     let mut c = hp.into_config(arch, super::n_vocab(file)?, RopeKind::Normal);
     c.rope.freq_factors = rope_freq_factors(file, c.rope.n_rot)?;
     c.rope_sliding = c.rope.clone();
+    // Mixtral is "llama" with experts: each expert is `feed_forward_length` wide.
+    c.moe = MoeConfig::from_gguf(file.metadata(), arch, "feed_forward_length")?;
     Ok(c)
 }
 

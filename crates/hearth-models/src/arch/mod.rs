@@ -2,8 +2,10 @@
 
 pub mod gemma3;
 pub mod llama;
+pub mod mixtral;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3moe;
 
 use hearth_gguf::GgufFile;
 

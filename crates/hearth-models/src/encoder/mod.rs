@@ -55,4 +55,18 @@ impl TensorSource for BertTensors {
     fn contains(&self, name: &str) -> bool {
         self.folder.get(&format!("{}{name}", self.prefix)).is_some()
     }
+
+    fn expert(
+        &self,
+        name: &str,
+        _expert: usize,
+        _n_expert: usize,
+        _rows: usize,
+        _cols: usize,
+    ) -> Result<HostWeight, ModelError> {
+        Err(ModelError::BadTensor {
+            name: name.to_string(),
+            reason: "BERT has no experts".into(),
+        })
+    }
 }

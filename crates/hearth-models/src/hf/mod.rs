@@ -117,9 +117,97 @@ fn hf_name(gguf: &str) -> Option<String> {
         "ffn_gate" => "mlp.gate_proj",
         "ffn_up" => "mlp.up_proj",
         "ffn_down" => "mlp.down_proj",
+        "ffn_gate_inp" => "mlp.gate",
         _ => return None,
     };
     Some(format!("model.layers.{layer}.{module}.{suffix}"))
+}
+
+/// The HF name of expert `expert` of the stacked expert tensor the decoder asks for by its
+/// GGUF name (`blk.3.ffn_up_exps.weight`): Qwen MoE names (`mlp.experts.E.up_proj`).
+fn hf_expert_name(gguf: &str, expert: usize) -> Option<String> {
+    let rest = gguf.strip_prefix("blk.")?.strip_suffix("_exps.weight")?;
+    let (layer, module) = rest.split_once('.')?;
+    let proj = match module {
+        "ffn_gate" => "gate_proj",
+        "ffn_up" => "up_proj",
+        "ffn_down" => "down_proj",
+        _ => return None,
+    };
+    Some(format!(
+        "model.layers.{layer}.mlp.experts.{expert}.{proj}.weight"
+    ))
+}
+
+/// Mixtral's name for a sparse block's tensor that Qwen MoE names `name`: `block_sparse_moe`
+/// for `mlp`, and w1 / w3 / w2 for the gate / up / down projections.
+fn mixtral_name(name: &str) -> Option<String> {
+    let (head, tail) = name.split_once(".mlp.")?;
+    let tail = if tail == "gate.weight" {
+        tail.to_string()
+    } else {
+        let (expert, proj) = tail.strip_prefix("experts.")?.split_once('.')?;
+        let w = match proj {
+            "gate_proj.weight" => "w1",
+            "up_proj.weight" => "w3",
+            "down_proj.weight" => "w2",
+            _ => return None,
+        };
+        format!("experts.{expert}.{w}.weight")
+    };
+    Some(format!("{head}.block_sparse_moe.{tail}"))
+}
+
+impl HfTensors {
+    /// `hf`, or Mixtral's name for it when the folder has that one instead; the error names
+    /// both when neither is there.
+    fn resolve(&self, hf: String) -> Result<String, ModelError> {
+        if self.folder.get(&hf).is_some() {
+            return Ok(hf);
+        }
+        match mixtral_name(&hf) {
+            Some(m) if self.folder.get(&m).is_some() => Ok(m),
+            Some(m) => Err(ModelError::MissingTensor(format!("{hf}' or '{m}"))),
+            None => Err(ModelError::MissingTensor(hf)),
+        }
+    }
+}
+
+impl TensorSource for HfTensors {
+    fn expert(
+        &self,
+        name: &str,
+        expert: usize,
+        n_expert: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<HostWeight, ModelError> {
+        // NOTE: HF checkpoints store each expert as its own tensor; only the name differs.
+        let _ = n_expert;
+        let hf = hf_expert_name(name, expert)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        self.weight(self.resolve(hf)?, rows, cols)
+    }
+
+    fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
+        let hf = hf_name(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        self.weight(self.resolve(hf)?, rows, cols)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        // NOTE: an untied checkpoint must have lm_head; answering yes makes its absence an error.
+        if name == "output.weight" {
+            return !self.tied;
+        }
+        hf_name(name).is_some_and(|hf| self.resolve(hf).is_ok())
+    }
+}
+
+impl HfTensors {
+    /// The HF tensor `hf`, checked to be `[rows, cols]`.
+    fn weight(&self, hf: String, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
+        host_weight(&self.folder, &hf, rows, cols)
+    }
 }
 
 /// The host view of tensor `hf` (an HF name) of `folder`, checked to be `[rows, cols]`
@@ -176,24 +264,38 @@ pub fn host_weight(
     })
 }
 
-impl TensorSource for HfTensors {
-    fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
-        let hf = hf_name(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        host_weight(&self.folder, &hf, rows, cols)
-    }
-
-    fn contains(&self, name: &str) -> bool {
-        // NOTE: an untied checkpoint must have lm_head; answering yes makes its absence an error.
-        if name == "output.weight" {
-            return !self.tied;
-        }
-        hf_name(name).is_some_and(|hf| self.folder.get(&hf).is_some())
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::hf_name;
+    use super::{hf_expert_name, hf_name, mixtral_name};
+
+    #[test]
+    fn expert_names_map_to_qwen_and_mixtral_modules() {
+        let up = hf_expert_name("blk.1.ffn_up_exps.weight", 3);
+        assert_eq!(
+            up.as_deref(),
+            Some("model.layers.1.mlp.experts.3.up_proj.weight")
+        );
+        let m = |s: &str| mixtral_name(s);
+        assert_eq!(
+            m("model.layers.1.mlp.experts.3.up_proj.weight").as_deref(),
+            Some("model.layers.1.block_sparse_moe.experts.3.w3.weight")
+        );
+        assert_eq!(
+            m("model.layers.0.mlp.experts.0.gate_proj.weight").as_deref(),
+            Some("model.layers.0.block_sparse_moe.experts.0.w1.weight")
+        );
+        assert_eq!(
+            m("model.layers.0.mlp.experts.0.down_proj.weight").as_deref(),
+            Some("model.layers.0.block_sparse_moe.experts.0.w2.weight")
+        );
+        let router = hf_name("blk.2.ffn_gate_inp.weight").expect("router");
+        assert_eq!(router, "model.layers.2.mlp.gate.weight");
+        assert_eq!(
+            m(&router).as_deref(),
+            Some("model.layers.2.block_sparse_moe.gate.weight")
+        );
+        assert_eq!(m("model.layers.0.mlp.up_proj.weight"), None);
+    }
 
     #[test]
     fn gguf_names_map_to_hf_modules() {

@@ -1,0 +1,251 @@
+// GEMV with int8 activations: the quantized weights' integer values times activations
+// quantized to 8 bits per 32-value group, four products per instruction (dp4a), as llama.cpp's
+// MMVQ kernels do. Used for large weights at small batches, where the f32-activation kernels of
+// gemv.cu are bound by instruction issue (they spend three instructions per weight value).
+//
+// Activations: quantize_q8_1 turns x [n_tokens, n_cols] into
+//   xq  [n_tokens, n_cols] i8      q = round_half_even(x * 127 / amax)
+//   xds [n_tokens, n_cols / 32]    (d, d * sum(q)) per group, d = amax / 127 rounded to f16
+// the rounding of the CPU backend's Q8_0 activations (the same q and d: a Q8_0 model's dot
+// products then differ from the CPU's only in summation order) and of llama.cpp's CUDA q8_1.
+//
+// Weights are staged through the same shared-memory window as gemv.cu (see there). Every
+// block type gives each lane 16 consecutive values of one block: lane `sub` of a block reads
+// xq[16 * sub .. +16] of that block's range with one 16-byte load.
+
+// The sum of the four signed byte products of a and b, plus c.
+__device__ __forceinline__ int dp4a(u32 a, u32 b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+// Bytes in 0..63 minus 32, as signed bytes (no borrow crosses a byte: every byte + 96 < 256).
+__device__ __forceinline__ u32 sub32_bytes(u32 v) {
+    return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+}
+
+extern "C" __global__ void quantize_q8_1(const float* __restrict__ x, i8* __restrict__ xq,
+                                         float2* __restrict__ xds, int n) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int group = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    if (group * 32 >= n) return;
+    const float v = x[group * 32 + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, o));
+    const float d = amax / 127.f;
+    const float id = amax != 0.f ? 127.f / amax : 0.f;
+    const int q = (int)rintf(v * id);
+    xq[group * 32 + lane] = (i8)q;
+    int sum = q;
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
+    const float dh = round_f16(d);
+    if (lane == 0) xds[group] = make_float2(dh, dh * (float)sum);
+}
+
+// Each block type: BYTES, QK, LANES (= QK / VALS) and dot(): the lane's VALS values of block
+// `b` times its VALS activations `xv` (16 per uint4), scaled to f32; `ds` is (d, d * sum q) of
+// the 32-group of their first value.
+
+// Q8_0: d (f16) | qs[32].
+struct Q8aQ8_0 {
+    static const int BYTES = 34, QK = 32, LANES = 2, VALS = 16;
+    __device__ static __forceinline__ float dot(const u8* b, const uint4* xvs, float2 ds, int sub) {
+        const uint4 xv = xvs[0];
+        const u8* q = b + 2 + 16 * sub;
+        int s = dp4a(load_u32_a2(q), xv.x, 0);
+        s = dp4a(load_u32_a2(q + 4), xv.y, s);
+        s = dp4a(load_u32_a2(q + 8), xv.z, s);
+        s = dp4a(load_u32_a2(q + 12), xv.w, s);
+        return load_half(b) * ds.x * (float)s;
+    }
+};
+
+// Q4_0: d (f16) | qs[16]; values 0..16 in the low nibbles, 16..32 in the high ones;
+// x = d * (q - 8). The -8 is applied once per block through the group sum: lane 0 takes it.
+struct Q8aQ4_0 {
+    static const int BYTES = 18, QK = 32, LANES = 2, VALS = 16;
+    __device__ static __forceinline__ float dot(const u8* b, const uint4* xvs, float2 ds, int sub) {
+        const uint4 xv = xvs[0];
+        const int shift = 4 * sub;
+        const u8* q = b + 2;
+        int s = dp4a((load_u32_a2(q) >> shift) & 0x0F0F0F0Fu, xv.x, 0);
+        s = dp4a((load_u32_a2(q + 4) >> shift) & 0x0F0F0F0Fu, xv.y, s);
+        s = dp4a((load_u32_a2(q + 8) >> shift) & 0x0F0F0F0Fu, xv.z, s);
+        s = dp4a((load_u32_a2(q + 12) >> shift) & 0x0F0F0F0Fu, xv.w, s);
+        const float d = load_half(b);
+        return d * (ds.x * (float)s - (sub == 0 ? 8.f * ds.y : 0.f));
+    }
+};
+
+// Q4_K: d | dmin | scales[12] | qs[128]. A lane takes a whole 32-value group g (8 lanes per
+// block), which reads nibble g % 2 of qs[32 * (g / 2) ..]; x = d*sc*q - dmin*m, the min term
+// through the group's activation sum. NOTE: 144-byte blocks keep rows and blocks 16-byte
+// aligned in the window. A group per lane (rather than 16 values) decodes each 6-bit scale
+// and min once per 32 values: 8B-model decode 210 -> 222 tok/s on an H100.
+struct Q8aQ4_K {
+    static const int BYTES = 144, QK = 256, LANES = 8, VALS = 32;
+    __device__ static __forceinline__ float dot(const u8* b, const uint4* xv, float2 ds, int g) {
+        const u8* sc = b + 4;
+        int scale, min;
+        if (g < 4) {
+            scale = sc[g] & 63;
+            min = sc[g + 4] & 63;
+        } else {
+            scale = (sc[g + 4] & 15) | ((sc[g - 4] >> 6) << 4);
+            min = (sc[g + 4] >> 4) | ((sc[g] >> 6) << 4);
+        }
+        const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (g >> 1));
+        const int shift = 4 * (g & 1);
+        int s = 0;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint4 w = q[h];
+            s = dp4a((w.x >> shift) & 0x0F0F0F0Fu, xv[h].x, s);
+            s = dp4a((w.y >> shift) & 0x0F0F0F0Fu, xv[h].y, s);
+            s = dp4a((w.z >> shift) & 0x0F0F0F0Fu, xv[h].z, s);
+            s = dp4a((w.w >> shift) & 0x0F0F0F0Fu, xv[h].w, s);
+        }
+        return load_half(b) * (float)scale * ds.x * (float)s -
+               load_half(b + 2) * (float)min * ds.y;
+    }
+};
+
+// Q6_K: ql[128] | qh[64] | scales[16] (i8) | d. Value 128n + 32s + l: low nibble of
+// ql[64n + 32(s%2) + l] (high nibble for s >= 2), high 2 bits at shift 2s of qh[32n + l];
+// x = d * scale[value / 16] * (q - 32). A lane takes 32 values (8 lanes per block):
+// n = sub / 4, s = sub % 4, l = 0..32, with two 16-value scales.
+struct Q8aQ6_K {
+    static const int BYTES = 210, QK = 256, LANES = 8, VALS = 32;
+    __device__ static __forceinline__ float dot(const u8* b, const uint4* xv, float2 ds, int sub) {
+        const int n = sub >> 2, s = sub & 3;
+        const u8* ql = b + 64 * n + 32 * (s & 1);
+        const u8* qh = b + 128 + 32 * n;
+        const int lshift = 4 * (s >> 1), hshift = 2 * s;
+        int acc[2] = {0, 0};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 xs[4] = {xv[h].x, xv[h].y, xv[h].z, xv[h].w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int at = 16 * h + 4 * k;
+                const u32 lo = (load_u32_a2(ql + at) >> lshift) & 0x0F0F0F0Fu;
+                const u32 hi = ((load_u32_a2(qh + at) >> hshift) & 0x03030303u) << 4;
+                acc[h] = dp4a(sub32_bytes(lo | hi), xs[k], acc[h]);
+            }
+        }
+        const i8* scales = reinterpret_cast<const i8*>(b + 192) + 2 * sub;
+        return load_half(b + 208) * ds.x *
+               ((float)scales[0] * (float)acc[0] + (float)scales[1] * (float)acc[1]);
+    }
+};
+
+// As gemv_rows (gemv.cu), with the activations in int8: plain modes compute rows row0, row0+1
+// of w; GLU modes row r of w (gate) and of w2 (up).
+template <class B>
+__device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8* __restrict__ w2,
+                                              const i8* __restrict__ xq,
+                                              const float2* __restrict__ xds,
+                                              float* __restrict__ y, int n_rows, int n_cols,
+                                              int mode, int block) {
+    __shared__ uint4 window[WARPS_PER_BLOCK][ROWS_PER_WARP][WINDOW_VECS];
+    xq += (size_t)blockIdx.y * n_cols;
+    xds += (size_t)blockIdx.y * (n_cols / 32);
+    y += (size_t)blockIdx.y * n_rows;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const bool glu = mode >= GEMV_GLU_SILU;
+    const int row0 = (block * WARPS_PER_BLOCK + warp) * (glu ? 1 : ROWS_PER_WARP);
+    // NOTE: a whole warp leaves together and no block-wide barrier follows, so this is safe.
+    if (row0 >= n_rows) return;
+    const int n_blocks = n_cols / B::QK;
+    const size_t row_bytes = (size_t)n_blocks * B::BYTES;
+    const u8* rows[ROWS_PER_WARP];
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+        rows[r] = glu ? (r == 0 ? w : w2) + (size_t)row0 * row_bytes
+                      : w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
+    }
+    const int lane_block = lane / B::LANES, sub = lane % B::LANES;
+    const int blocks_per_step = WARP_SIZE / B::LANES;
+    const int blocks_per_window = (WINDOW_BYTES - 15) / B::BYTES;
+    const uint4* xq4 = reinterpret_cast<const uint4*>(xq);
+    float acc[ROWS_PER_WARP];
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] = 0.f;
+    for (int b0 = 0; b0 < n_blocks; b0 += blocks_per_window) {
+        const int nb = min(blocks_per_window, n_blocks - b0);
+        int skew[ROWS_PER_WARP];
+        stage_rows<B::BYTES>(rows, b0, nb, window[warp], skew, lane);
+        for (int b = lane_block; b < nb; b += blocks_per_step) {
+            const int v = (b0 + b) * B::QK + B::VALS * sub;  // first value of the lane
+            uint4 xv[B::VALS / 16];
+#pragma unroll
+            for (int i = 0; i < B::VALS / 16; ++i) xv[i] = xq4[v / 16 + i];
+            const float2 ds = xds[v / 32];
+#pragma unroll
+            for (int r = 0; r < ROWS_PER_WARP; ++r) {
+                const u8* blk = reinterpret_cast<const u8*>(window[warp][r]) + skew[r];
+                acc[r] += B::dot(blk + b * B::BYTES, xv, ds, sub);
+            }
+        }
+        __syncwarp();
+    }
+    gemv_finish(acc, y, row0, n_rows, mode, lane);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_q8a_q8_0(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
+              int n_cols, int mode) {
+    gemv_rows_q8a<Q8aQ8_0>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_q8a_q4_0(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
+              int n_cols, int mode) {
+    gemv_rows_q8a<Q8aQ4_0>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_q8a_q4_k(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
+              int n_cols, int mode) {
+    gemv_rows_q8a<Q8aQ4_K>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_q8a_q6_k(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
+              int n_cols, int mode) {
+    gemv_rows_q8a<Q8aQ6_K>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x);
+}
+
+// Three matrices of one type reading the same activations (q, k, v), as gemv3_* in gemv.cu.
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv3_q8a_q8_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
+               float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
+    GEMV3_SEGMENT
+    gemv_rows_q8a<Q8aQ8_0>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv3_q8a_q4_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
+               float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
+    GEMV3_SEGMENT
+    gemv_rows_q8a<Q8aQ4_0>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv3_q8a_q4_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
+               float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
+    GEMV3_SEGMENT
+    gemv_rows_q8a<Q8aQ4_K>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv3_q8a_q6_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
+               float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
+    GEMV3_SEGMENT
+    gemv_rows_q8a<Q8aQ6_K>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block);
+}
+
+
