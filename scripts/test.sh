@@ -3,7 +3,7 @@
 # test of the workspace. Works on a fresh machine with Rust, python3 and pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/fetch-models.sh smollm2 gemma3 >/dev/null
+scripts/fetch-models.sh smollm2 gemma3 minilm >/dev/null
 scripts/setup-test-clients.sh
 # A one-off build gains nothing from incremental state, which would double the build directory.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"

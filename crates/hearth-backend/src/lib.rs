@@ -6,6 +6,7 @@
 //! implementation ([`cpu::CpuBackend`]) that is the reference other backends are tested against.
 
 pub mod cpu;
+pub mod encoder;
 mod spec;
 mod weight;
 
@@ -228,6 +229,76 @@ pub trait Backend: Send + Sync {
         self.matmul(gate, x, out)?;
         self.matmul(up, x, &mut u)?;
         self.glu(out, &u, act)
+    }
+
+    /// LayerNorm with bias over whole rows: `x = (x - mean) / sqrt(var + eps) * weight + bias`
+    /// (`weight` and `bias` hold `cols` values). The default runs [`encoder::layer_norm_rows`]
+    /// on a host copy.
+    fn layer_norm(
+        &self,
+        x: &mut Self::Tensor,
+        weight: &[f32],
+        bias: &[f32],
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        let (rows, cols) = self.shape(x);
+        if weight.len() != cols || bias.len() != cols {
+            return Err(BackendError::Unsupported(format!(
+                "layer_norm: {cols} columns, {} weights, {} biases",
+                weight.len(),
+                bias.len()
+            )));
+        }
+        let mut host = self.to_host(x)?;
+        encoder::layer_norm_rows(&mut host, weight, bias, eps);
+        *x = self.upload(&host, rows, cols)?;
+        Ok(())
+    }
+
+    /// Exact GELU, `x · Φ(x)`, in place. The default runs [`encoder::gelu_erf`] on a host copy.
+    fn gelu_erf(&self, x: &mut Self::Tensor) -> Result<(), BackendError> {
+        let (rows, cols) = self.shape(x);
+        let mut host = self.to_host(x)?;
+        encoder::gelu_erf(&mut host);
+        *x = self.upload(&host, rows, cols)?;
+        Ok(())
+    }
+
+    /// Attention without a causal mask or a cache (encoders): each token of `seqs[i]` (a row
+    /// range) attends to every token of that range. `q`: `[n_tokens, n_heads * head_dim]`,
+    /// `k`/`v`: `[n_tokens, n_kv_heads * head_dim]`; `out`: `[n_tokens, n_heads * head_dim]`.
+    /// `params.window` and `params.softcap` must be `None`. The default runs
+    /// [`encoder::attention_bidirectional`] on host copies.
+    fn attention_bidirectional(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        seqs: &[std::ops::Range<usize>],
+        params: &AttnParams,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError> {
+        if params.window.is_some() || params.softcap.is_some() {
+            return Err(BackendError::Unsupported(
+                "bidirectional attention with a sliding window or soft-capping".into(),
+            ));
+        }
+        let (n, q_dim) = self.shape(q);
+        let kv_dim = params.n_kv_heads * params.head_dim;
+        let fits = q_dim == params.n_heads * params.head_dim
+            && self.shape(k) == (n, kv_dim)
+            && self.shape(v) == (n, kv_dim)
+            && self.shape(out) == (n, q_dim)
+            && seqs.iter().all(|r| r.start <= r.end && r.end <= n);
+        if !fits {
+            return Err(BackendError::Unsupported(
+                "bidirectional attention: tensor shapes or sequence ranges do not agree".into(),
+            ));
+        }
+        let (q, k, v) = (self.to_host(q)?, self.to_host(k)?, self.to_host(v)?);
+        let host = encoder::attention_bidirectional(&q, &k, &v, seqs, params);
+        *out = self.upload(&host, n, q_dim)?;
+        Ok(())
     }
 
     /// Causal attention over the paged cache for one layer.

@@ -17,6 +17,8 @@ struct Cli {
 enum Command {
     /// Chat with a model, or complete a prompt with --raw
     Run(cmd::run::RunArgs),
+    /// Print one embedding vector (a JSON array) per text, one per line
+    Embed(cmd::embed::EmbedArgs),
     /// Print the token ids of a text
     Tokenize(cmd::tokenize::TokenizeArgs),
     /// Describe a model file: architecture, size, quantization, template, memory
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),
+        Command::Embed(a) => cmd::embed::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Show(a) => cmd::show::run(a),
         Command::Bench(a) => cmd::bench::run(a),

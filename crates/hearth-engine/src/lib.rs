@@ -6,6 +6,7 @@
 //! from a GGUF file or a Hugging Face folder (`source.rs`).
 
 mod batch_step;
+pub mod embed;
 mod engine;
 mod error;
 mod generate;

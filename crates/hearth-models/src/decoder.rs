@@ -71,6 +71,15 @@ fn add_row<B: Backend>(be: &B, x: &mut B::Tensor, bias: &[f32]) -> Result<(), Mo
     Ok(())
 }
 
+/// What a forward pass returns for its wanted rows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// Logits over the vocabulary.
+    Logits,
+    /// The hidden state after the final norm.
+    Hidden,
+}
+
 /// A decoder-only transformer on backend `B`.
 pub struct DecoderModel<B: Backend> {
     pub config: DecoderConfig,
@@ -228,6 +237,37 @@ impl<B: Backend> DecoderModel<B> {
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
         logits.clear();
+        self.check_batch(batch, block_size)?;
+        // NOTE: a batch that wants no logits (a prompt chunk that does not reach its end)
+        // still runs: its keys and values must reach the cache.
+        if batch.tokens.is_empty() {
+            return Ok(());
+        }
+        backend.begin_forward(self.graph_key(batch));
+        backend.run(|| self.forward_on(backend, batch, cache, block_size, Head::Logits, logits))
+    }
+
+    /// Like [`Self::forward_into`], but writes the final hidden states (after the final norm,
+    /// before the output projection) of `batch.logits_rows`, `[logits_rows.len(), n_embd]`:
+    /// what decoder-only embedding models pool.
+    pub fn forward_hidden_into(
+        &self,
+        backend: &B,
+        batch: &Batch,
+        cache: &mut B::KvCache,
+        block_size: usize,
+        hidden: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        hidden.clear();
+        self.check_batch(batch, block_size)?;
+        if batch.tokens.is_empty() {
+            return Ok(());
+        }
+        backend.begin_forward(None);
+        backend.run(|| self.forward_on(backend, batch, cache, block_size, Head::Hidden, hidden))
+    }
+
+    fn check_batch(&self, batch: &Batch, block_size: usize) -> Result<(), ModelError> {
         batch.validate(block_size).map_err(ModelError::BadBatch)?;
         if let Some(limit) = &self.config.position_limit {
             if let Some(&p) = batch
@@ -251,13 +291,7 @@ impl<B: Backend> DecoderModel<B> {
                 self.config.n_vocab
             )));
         }
-        // NOTE: a batch that wants no logits (a prompt chunk that does not reach its end)
-        // still runs: its keys and values must reach the cache.
-        if batch.tokens.is_empty() {
-            return Ok(());
-        }
-        backend.begin_forward(self.graph_key(batch));
-        backend.run(|| self.forward_on(backend, batch, cache, block_size, logits))
+        Ok(())
     }
 
     /// The replay key of a decode step (every sequence brings one token and wants its logits):
@@ -274,12 +308,14 @@ impl<B: Backend> DecoderModel<B> {
         (decode && !tracing && !sparse).then_some(n as u64)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn forward_on(
         &self,
         be: &B,
         batch: &Batch,
         cache: &mut B::KvCache,
         block_size: usize,
+        head: Head,
         out: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
         let c = &self.config;
@@ -322,6 +358,10 @@ impl<B: Backend> DecoderModel<B> {
         }
         be.rms_norm(&mut x, &self.output_norm, c.n_embd, c.rms_eps)?;
         self.record(be, &x, false);
+        if head == Head::Hidden {
+            be.to_host_into(&x, out)?;
+            return Ok(());
+        }
         let (rows, _) = be.shape(&x);
         let mut logits = be.alloc(rows, c.n_vocab)?;
         be.matmul(

@@ -10,6 +10,7 @@ pub mod arch;
 mod batch;
 mod config;
 mod decoder;
+pub mod encoder;
 mod error;
 pub mod hf;
 mod loader;

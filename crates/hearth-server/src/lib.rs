@@ -2,6 +2,7 @@
 //! batching (one runner thread per model, see [`runner`]).
 
 pub mod app;
+pub mod embedding;
 pub mod error;
 pub mod generation;
 pub mod metrics;

@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use hearth_engine::embed::{is_embedding_model, EmbeddingModel};
 use hearth_engine::{Engine, EngineOptions};
 use tokio::sync::Mutex;
 
+use crate::embedding::EmbeddingHandle;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::runner::{RunnerConfig, RunnerHandle};
@@ -133,8 +135,32 @@ struct Slot {
     state: Mutex<Option<Loaded>>,
 }
 
+/// A loaded model: a generative one with its runner, or an embedding model.
+#[derive(Clone)]
+enum Served {
+    Generate(Arc<RunnerHandle>),
+    Embed(Arc<EmbeddingHandle>),
+}
+
+impl Served {
+    /// Whether a request handler holds it (a request is in flight).
+    fn in_use(&self) -> bool {
+        match self {
+            Served::Generate(h) => Arc::strong_count(h) > 1,
+            Served::Embed(h) => Arc::strong_count(h) > 1,
+        }
+    }
+
+    fn context_length(&self) -> usize {
+        match self {
+            Served::Generate(h) => h.info().n_ctx,
+            Served::Embed(h) => h.info().max_tokens,
+        }
+    }
+}
+
 struct Loaded {
-    handle: Arc<RunnerHandle>,
+    handle: Served,
     keep_alive: KeepAlive,
     last_used: Instant,
 }
@@ -217,12 +243,44 @@ impl ModelManager {
     }
 
     /// The runner for `requested`, loading the model first if needed. `keep_alive` (when
-    /// given) replaces the model's keep-alive from now on.
+    /// given) replaces the model's keep-alive from now on. An embedding model is a 400 that
+    /// says so (Ollama's words: `"name" does not support generate`).
     pub async fn get(
         &self,
         requested: &str,
         keep_alive: Option<KeepAlive>,
     ) -> Result<Arc<RunnerHandle>, ApiError> {
+        match self.get_served(requested, keep_alive).await? {
+            Served::Generate(h) => Ok(h),
+            Served::Embed(_) => Err(ApiError::bad_field(
+                "model",
+                format!("\"{requested}\" does not support generate: it is an embedding model (use /v1/embeddings or /api/embed)"),
+            )),
+        }
+    }
+
+    /// The embedding model `requested`, loading it first if needed. A generative model is a
+    /// 400 (as Ollama answers: `"name" does not support embeddings`): hearth does not pool a
+    /// chat model's hidden states into vectors it was not trained to give.
+    pub async fn get_embedder(
+        &self,
+        requested: &str,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<Arc<EmbeddingHandle>, ApiError> {
+        match self.get_served(requested, keep_alive).await? {
+            Served::Embed(h) => Ok(h),
+            Served::Generate(_) => Err(ApiError::bad_field(
+                "model",
+                format!("\"{requested}\" does not support embeddings: it is a generative model"),
+            )),
+        }
+    }
+
+    async fn get_served(
+        &self,
+        requested: &str,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<Served, ApiError> {
         let slot = self
             .slot(requested)
             .ok_or_else(|| ApiError::model_not_found(requested))?;
@@ -230,7 +288,7 @@ impl ModelManager {
         if state.is_none() {
             let handle = self.load(&slot.spec).await?;
             *state = Some(Loaded {
-                handle: Arc::new(handle),
+                handle,
                 keep_alive: self.options.default_keep_alive,
                 last_used: Instant::now(),
             });
@@ -253,7 +311,10 @@ impl ModelManager {
         }
     }
 
-    async fn load(&self, spec: &ModelSpec) -> Result<RunnerHandle, ApiError> {
+    async fn load(&self, spec: &ModelSpec) -> Result<Served, ApiError> {
+        if is_embedding_model(&spec.path) {
+            return self.load_embedding(spec).await;
+        }
         let spec = spec.clone();
         let options = self.options.clone();
         let metrics = self.metrics.clone();
@@ -279,7 +340,35 @@ impl ModelManager {
         })
         .await
         .map_err(|e| ApiError::internal(format!("loading the model panicked: {e}")))?;
-        result.map_err(|e| ApiError::internal(format!("cannot load the model: {e}")))
+        result
+            .map(|h| Served::Generate(Arc::new(h)))
+            .map_err(|e| ApiError::internal(format!("cannot load the model: {e}")))
+    }
+
+    async fn load_embedding(&self, spec: &ModelSpec) -> Result<Served, ApiError> {
+        let spec = spec.clone();
+        let n_threads = self.options.engine.n_threads;
+        tracing::info!(model = %spec.name, path = %spec.path.display(), "loading embedding model");
+        let result = tokio::task::spawn_blocking(move || {
+            let model = EmbeddingModel::load(&spec.path, n_threads).map_err(|e| e.to_string())?;
+            let info = model.info().clone();
+            let handle = EmbeddingHandle::spawn(&spec.name, model)
+                .map_err(|e| format!("cannot start the embedding thread: {e}"))?;
+            tracing::info!(
+                model = %spec.name,
+                arch = %info.arch,
+                backend = %info.backend,
+                n_embd = info.n_embd,
+                load_ms = info.load_time.as_millis() as u64,
+                "embedding model loaded"
+            );
+            Ok::<_, String>(handle)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("loading the model panicked: {e}")))?;
+        result
+            .map(|h| Served::Embed(Arc::new(h)))
+            .map_err(|e| ApiError::internal(format!("cannot load the model: {e}")))
     }
 
     /// Unloads `requested` now (its runner finishes the requests it has). Returns whether it
@@ -305,7 +394,7 @@ impl ModelManager {
                 continue;
             };
             // NOTE: handlers hold a clone of the handle while their request runs.
-            if Arc::strong_count(&loaded.handle) > 1 {
+            if loaded.handle.in_use() {
                 loaded.last_used = now;
                 continue;
             }
@@ -323,7 +412,7 @@ impl ModelManager {
             let meta = std::fs::metadata(&slot.spec.path).ok();
             let state = slot.state.lock().await;
             let loaded = state.as_ref().map(Loaded::expires);
-            let context_length = state.as_ref().map(|l| l.handle.info().n_ctx);
+            let context_length = state.as_ref().map(|l| l.handle.context_length());
             drop(state);
             out.push(ModelListing {
                 name: slot.spec.name.clone(),
@@ -342,7 +431,7 @@ impl ModelManager {
     /// Loads every model now (for `--preload`/start-up).
     pub async fn load_all(&self) -> Result<(), ApiError> {
         for slot in &self.slots {
-            self.get(&slot.spec.name, None).await?;
+            self.get_served(&slot.spec.name, None).await?;
         }
         Ok(())
     }

@@ -232,77 +232,83 @@ impl TensorSource for HfTensors {
 impl HfTensors {
     /// The HF tensor `hf`, checked to be `[rows, cols]`.
     fn weight(&self, hf: String, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
-        let entry = self
-            .folder
-            .get(&hf)
-            .ok_or_else(|| ModelError::MissingTensor(hf.clone()))?;
-        let bad = |reason: String| ModelError::BadTensor {
-            name: hf.clone(),
-            reason,
-        };
-        let ty = ggml_type(entry.dtype).ok_or_else(|| {
-            bad(format!(
-                "dtype {:?} is not supported (F32, F16, BF16)",
-                entry.dtype
-            ))
-        })?;
-        let want = if rows == 1 {
-            vec![cols]
-        } else {
-            vec![rows, cols]
-        };
-        if entry.shape != want {
-            return Err(bad(format!("shape {:?}, expected {want:?}", entry.shape)));
-        }
-        let bytes = self.folder.bytes(entry);
+        let w = host_weight(&self.folder, &hf, rows, cols)?;
         if self.norm_offset != 0.0 && hf.ends_with("norm.weight") {
-            return offset_norm(hf, ty, rows, cols, bytes, self.norm_offset);
+            return offset_norm(w, self.norm_offset);
         }
-        let elem = if ty == hearth_quant::GgmlType::F32 {
-            4
-        } else {
-            2
-        };
-        // NOTE: safetensors only aligns the data section to 8 bytes as a whole; a tensor that
-        // follows an odd number of 16-bit values is misaligned for f32 and gets copied.
-        let data: Arc<dyn hearth_backend::ByteSource> = if bytes.as_ptr().align_offset(elem) == 0 {
-            Arc::new(SafetensorsBytes {
-                folder: self.folder.clone(),
-                entry: entry.clone(),
-            })
-        } else {
-            Arc::new(AlignedBytes::copy_of(bytes))
-        };
-        Ok(HostWeight {
-            name: hf,
-            ty,
-            rows,
-            cols,
-            data,
-        })
+        Ok(w)
     }
 }
 
-/// A norm weight with `offset` added to each value, as f32 (norm vectors are small).
-fn offset_norm(
-    name: String,
-    ty: hearth_quant::GgmlType,
+/// The host view of tensor `hf` (an HF name) of `folder`, checked to be `[rows, cols]`
+/// (a vector when `rows == 1`) and stored as F32, F16 or BF16.
+pub fn host_weight(
+    folder: &Arc<SafetensorsFolder>,
+    hf: &str,
     rows: usize,
     cols: usize,
-    bytes: &[u8],
-    offset: f32,
 ) -> Result<HostWeight, ModelError> {
-    let mut values = vec![0f32; rows * cols];
-    hearth_quant::dequantize_row(ty, bytes, &mut values).map_err(|e| ModelError::BadTensor {
-        name: name.clone(),
-        reason: e.to_string(),
+    let entry = folder
+        .get(hf)
+        .ok_or_else(|| ModelError::MissingTensor(hf.to_string()))?;
+    let bad = |reason: String| ModelError::BadTensor {
+        name: hf.to_string(),
+        reason,
+    };
+    let ty = ggml_type(entry.dtype).ok_or_else(|| {
+        bad(format!(
+            "dtype {:?} is not supported (F32, F16, BF16)",
+            entry.dtype
+        ))
+    })?;
+    let want = if rows == 1 {
+        vec![cols]
+    } else {
+        vec![rows, cols]
+    };
+    if entry.shape != want {
+        return Err(bad(format!("shape {:?}, expected {want:?}", entry.shape)));
+    }
+    let bytes = folder.bytes(entry);
+    let elem = if ty == hearth_quant::GgmlType::F32 {
+        4
+    } else {
+        2
+    };
+    // NOTE: safetensors only aligns the data section to 8 bytes as a whole; a tensor that
+    // follows an odd number of 16-bit values is misaligned for f32 and gets copied.
+    let data: Arc<dyn hearth_backend::ByteSource> = if bytes.as_ptr().align_offset(elem) == 0 {
+        Arc::new(SafetensorsBytes {
+            folder: folder.clone(),
+            entry: entry.clone(),
+        })
+    } else {
+        Arc::new(AlignedBytes::copy_of(bytes))
+    };
+    Ok(HostWeight {
+        name: hf.to_string(),
+        ty,
+        rows,
+        cols,
+        data,
+    })
+}
+
+/// A norm weight with `offset` added to each value, as f32 (norm vectors are small).
+fn offset_norm(w: HostWeight, offset: f32) -> Result<HostWeight, ModelError> {
+    let mut values = vec![0f32; w.rows * w.cols];
+    hearth_quant::dequantize_row(w.ty, w.data.bytes(), &mut values).map_err(|e| {
+        ModelError::BadTensor {
+            name: w.name.clone(),
+            reason: e.to_string(),
+        }
     })?;
     values.iter_mut().for_each(|v| *v += offset);
     Ok(HostWeight {
-        name,
+        name: w.name,
         ty: hearth_quant::GgmlType::F32,
-        rows,
-        cols,
+        rows: w.rows,
+        cols: w.cols,
         data: Arc::new(AlignedBytes::copy_of(bytemuck::cast_slice(&values))),
     })
 }

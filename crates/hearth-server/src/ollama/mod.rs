@@ -4,6 +4,7 @@
 
 mod body;
 mod chat;
+mod embed;
 mod generate;
 mod gguf_facts;
 mod lines;
@@ -25,6 +26,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/version", get(version))
         .route("/api/chat", post(chat::chat))
         .route("/api/generate", post(generate::generate))
+        .route("/api/embed", post(embed::embed))
+        .route("/api/embeddings", post(embed::embeddings))
         .route("/api/tags", get(listing::tags))
         .route("/api/show", post(listing::show))
         .route("/api/ps", get(listing::ps))

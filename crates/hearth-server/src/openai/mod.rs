@@ -3,6 +3,7 @@
 
 mod chat;
 mod completions;
+mod embeddings;
 mod fields;
 mod jobs;
 mod logprobs;
@@ -20,6 +21,7 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models::list))
         // NOTE: a wildcard, so a model named with a slash ("org/model") is found too.
         .route("/v1/models/{*id}", get(models::retrieve))
