@@ -49,8 +49,8 @@ fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     let t = i / half_dim;
     let d = i % half_dim;
     let slot = slot_of(aux[2u * t + 1u], aux[2u * t]);
-    kc[slot * half_dim + d] = pack2x16float(vec2<f32>(k[2u * i], k[2u * i + 1u]));
-    vc[slot * half_dim + d] = pack2x16float(vec2<f32>(v[2u * i], v[2u * i + 1u]));
+    kc[slot * half_dim + d] = pack_f16(k[2u * i], k[2u * i + 1u]);
+    vc[slot * half_dim + d] = pack_f16(v[2u * i], v[2u * i + 1u]);
 }
 
 var<workgroup> qs: array<f32, 256>;

@@ -71,3 +71,67 @@ fn glu_gelu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
         x[i] = a * y[i];
     }
 }
+
+// Activation rounding before a quantized matmul, as llama.cpp's CPU code quantizes the
+// activations to 8 bits (the golden outputs come from it). `x` receives the values the 8-bit
+// blocks stand for (scale × integer); one thread per block of `y`, p.n blocks.
+
+// Q8_0 / Q8_1: blocks of 32, d = amax / 127 stored as f16, q = round_half_even(v · 127 / amax).
+@compute @workgroup_size(64)
+fn quant_q8_0(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let b = flat_thread(gid, nwg);
+    if (b >= p.n) {
+        return;
+    }
+    var amax = 0.0;
+    for (var i = 0u; i < 32u; i++) {
+        amax = max(amax, abs(y[32u * b + i]));
+    }
+    var id = 0.0;
+    if (amax != 0.0) {
+        id = 127.0 / amax;
+    }
+    let d = f16_round(amax / 127.0);
+    for (var i = 0u; i < 32u; i++) {
+        x[32u * b + i] = d * round(y[32u * b + i] * id);
+    }
+}
+
+// Q8_K: blocks of 256, scaled by the signed value of largest magnitude (the first on ties):
+// iscale = -127 / max, q = min(127, round_half_even(iscale · v)), d = 1 / iscale (f32).
+@compute @workgroup_size(64)
+fn quant_q8_k(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let b = flat_thread(gid, nwg);
+    if (b >= p.n) {
+        return;
+    }
+    var amax = 0.0;
+    var mx = 0.0;
+    for (var i = 0u; i < 256u; i++) {
+        let v = y[256u * b + i];
+        if (abs(v) > amax) {
+            amax = abs(v);
+            mx = v;
+        }
+    }
+    if (amax == 0.0) {
+        for (var i = 0u; i < 256u; i++) {
+            x[256u * b + i] = 0.0;
+        }
+        return;
+    }
+    let iscale = -127.0 / mx;
+    let d = 1.0 / iscale;
+    for (var i = 0u; i < 256u; i++) {
+        x[256u * b + i] = d * min(127.0, round(iscale * y[256u * b + i]));
+    }
+}
+
+// F16 weights: the activations are rounded to f16.
+@compute @workgroup_size(64)
+fn round_f16(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_thread(gid, nwg);
+    if (i < p.n) {
+        x[i] = f16_round(y[i]);
+    }
+}
