@@ -102,13 +102,16 @@ pub(crate) fn attention(
         cache.kv_dims.get(layer) == Some(&kv_dim) && batch.block_size == cache.block_size,
         || format!("layer {layer}: KV cache shape does not match the attention parameters"),
     )?;
-    check(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0, || {
-        format!(
-            "{} query heads cannot share {} KV heads",
-            p.n_heads, p.n_kv_heads
-        )
-    })?;
-    check(p.head_dim % 2 == 0 && p.head_dim <= 256, || {
+    check(
+        p.n_kv_heads > 0 && p.n_heads.is_multiple_of(p.n_kv_heads),
+        || {
+            format!(
+                "{} query heads cannot share {} KV heads",
+                p.n_heads, p.n_kv_heads
+            )
+        },
+    )?;
+    check(p.head_dim.is_multiple_of(2) && p.head_dim <= 256, || {
         format!(
             "head_dim {} is not supported by the wgpu backend (even, at most 256)",
             p.head_dim

@@ -126,14 +126,14 @@ impl WgpuBackend {
             }))
     }
 
-    /// Record one dispatch of the element-wise module.
+    /// Record one dispatch of the element-wise module over `(n, cols)`: `n` items (values or
+    /// blocks) of rows of `cols`.
     fn elementwise(
         &self,
         entry: &'static str,
         x: &wgpu::Buffer,
         y: Option<&wgpu::Buffer>,
-        n: usize,
-        cols: usize,
+        (n, cols): (usize, usize),
         s: f32,
         idx: &[u32],
     ) -> Result<(), BackendError> {
@@ -218,13 +218,15 @@ impl WgpuBackend {
     ) -> Result<Option<WgpuTensor>, BackendError> {
         let n = x.rows * x.cols;
         let (entry, items) = match hearth_quant::matmul_activation_type(ty) {
-            Some(GgmlType::Q8_0 | GgmlType::Q8_1) if x.cols % 32 == 0 => ("quant_q8_0", n / 32),
-            Some(GgmlType::Q8_K) if x.cols % 256 == 0 => ("quant_q8_k", n / 256),
+            Some(GgmlType::Q8_0 | GgmlType::Q8_1) if x.cols.is_multiple_of(32) => {
+                ("quant_q8_0", n / 32)
+            }
+            Some(GgmlType::Q8_K) if x.cols.is_multiple_of(256) => ("quant_q8_k", n / 256),
             Some(GgmlType::F16) => ("round_f16", n),
             _ => return Ok(None),
         };
         let out = self.alloc(x.rows, x.cols)?;
-        self.elementwise(entry, &out.buf, Some(&x.buf), items, x.cols, 0.0, &[])?;
+        self.elementwise(entry, &out.buf, Some(&x.buf), (items, x.cols), 0.0, &[])?;
         Ok(Some(out))
     }
 
@@ -329,7 +331,7 @@ impl Backend for WgpuBackend {
         };
         let (block, block_bytes) = (block as usize, block_bytes as usize);
         let row_bytes = w.cols / block * block_bytes;
-        if w.cols % block != 0 || bytes.len() != w.rows * row_bytes {
+        if !w.cols.is_multiple_of(block) || bytes.len() != w.rows * row_bytes {
             return Err(BackendError::BadWeight {
                 name: w.name.clone(),
                 reason: format!(
@@ -382,7 +384,7 @@ impl Backend for WgpuBackend {
     fn copy(&self, t: &WgpuTensor) -> Result<WgpuTensor, BackendError> {
         let out = self.alloc(t.rows, t.cols)?;
         let n = t.rows * t.cols;
-        self.elementwise("copy", &out.buf, Some(&t.buf), n, t.cols, 0.0, &[])?;
+        self.elementwise("copy", &out.buf, Some(&t.buf), (n, t.cols), 0.0, &[])?;
         Ok(out)
     }
 
@@ -457,7 +459,7 @@ impl Backend for WgpuBackend {
         eps: f32,
     ) -> Result<(), BackendError> {
         check(
-            group > 0 && weight.rows == 1 && weight.cols == group && x.cols % group == 0,
+            group > 0 && weight.rows == 1 && weight.cols == group && x.cols.is_multiple_of(group),
             || {
                 format!(
                     "rms_norm of [{}, {}] in groups of {group} with '{}' [{}, {}]",
@@ -491,9 +493,9 @@ impl Backend for WgpuBackend {
         check(
             positions.len() == x.rows
                 && head_dim > 0
-                && x.cols % head_dim == 0
+                && x.cols.is_multiple_of(head_dim)
                 && rope.n_rot <= head_dim
-                && rope.n_rot % 2 == 0,
+                && rope.n_rot.is_multiple_of(2),
             || {
                 format!(
                     "rope of [{}, {}] at {} positions, head_dim {head_dim}, n_rot {}",
@@ -540,15 +542,14 @@ impl Backend for WgpuBackend {
             "add",
             &x.buf,
             Some(&y.buf),
-            x.rows * x.cols,
-            x.cols,
+            (x.rows * x.cols, x.cols),
             0.0,
             &[],
         )
     }
 
     fn scale(&self, x: &mut WgpuTensor, s: f32) -> Result<(), BackendError> {
-        self.elementwise("scale", &x.buf, None, x.rows * x.cols, x.cols, s, &[])
+        self.elementwise("scale", &x.buf, None, (x.rows * x.cols, x.cols), s, &[])
     }
 
     fn glu(
@@ -568,7 +569,7 @@ impl Backend for WgpuBackend {
             Activation::GeluTanh => "glu_gelu",
         };
         let n = gate.rows * gate.cols;
-        self.elementwise(entry, &gate.buf, Some(&up.buf), n, gate.cols, 0.0, &[])
+        self.elementwise(entry, &gate.buf, Some(&up.buf), (n, gate.cols), 0.0, &[])
     }
 
     fn gather_rows(&self, x: &WgpuTensor, rows: &[usize]) -> Result<WgpuTensor, BackendError> {
@@ -581,7 +582,14 @@ impl Backend for WgpuBackend {
         let out = self.alloc(rows.len(), x.cols)?;
         let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
         let n = rows.len() * x.cols;
-        self.elementwise("gather_rows", &out.buf, Some(&x.buf), n, x.cols, 0.0, &idx)?;
+        self.elementwise(
+            "gather_rows",
+            &out.buf,
+            Some(&x.buf),
+            (n, x.cols),
+            0.0,
+            &idx,
+        )?;
         Ok(out)
     }
 

@@ -197,9 +197,9 @@ impl Recorder {
         module: Module,
         entry: &'static str,
     ) -> Result<(), WgpuError> {
-        if !self.kernels.contains_key(&module) {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.kernels.entry(module) {
             let kernel = compile_module(gpu, module)?;
-            self.kernels.insert(module, kernel);
+            e.insert(kernel);
         }
         let kernel = self
             .kernels
