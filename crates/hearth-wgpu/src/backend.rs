@@ -60,7 +60,13 @@ pub(crate) fn words(w: &[u32]) -> Vec<u8> {
 impl WgpuBackend {
     /// Open the first Vulkan (Metal on macOS) adapter; an error says why there is none.
     pub fn open() -> Result<WgpuBackend, WgpuError> {
-        let gpu = Gpu::open()?;
+        Self::open_with(true)
+    }
+
+    /// As [`open`](Self::open); `subgroups: false` keeps to the kernels without subgroup
+    /// operations even where the adapter has them (the path for adapters that lack them).
+    pub fn open_with(subgroups: bool) -> Result<WgpuBackend, WgpuError> {
+        let gpu = Gpu::open(subgroups)?;
         let rec = Mutex::new(Recorder::new(&gpu));
         let dummy = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("unused binding"),
@@ -206,6 +212,27 @@ impl WgpuBackend {
         )?)
     }
 
+    /// Wait for every submission. wgpu's wait gives up after a while, which a software
+    /// device (lavapipe) can need for one prompt chunk of a real model: keep waiting up to
+    /// [`WAIT_LIMIT`], then fail the request with a clear error instead of hanging.
+    fn wait(&self) -> Result<(), BackendError> {
+        let start = std::time::Instant::now();
+        loop {
+            match self.gpu.device.poll(wgpu::PollType::Wait) {
+                Ok(_) => break,
+                Err(wgpu::PollError::Timeout) if start.elapsed() < WAIT_LIMIT => {}
+                Err(e) => {
+                    return Err(WgpuError::Device(format!(
+                        "waiting for the device ({:.0} s): {e}",
+                        start.elapsed().as_secs_f64()
+                    ))
+                    .into())
+                }
+            }
+        }
+        Ok(self.gpu.take_error()?)
+    }
+
     /// `x` rounded as llama.cpp's CPU code rounds the activations of a matmul with a `ty`
     /// weight (8-bit blocks for quantized weights, f16 for f16 ones), or `None` for f32 weights.
     ///
@@ -250,11 +277,7 @@ impl WgpuBackend {
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        self.gpu
-            .device
-            .poll(wgpu::PollType::Wait)
-            .map_err(|e| WgpuError::Device(format!("waiting for the device: {e}")))?;
-        self.gpu.take_error()?;
+        self.wait()?;
         match rx.try_recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(WgpuError::Device(format!("read-back: {e}")).into()),
@@ -265,6 +288,9 @@ impl WgpuBackend {
         Ok(())
     }
 }
+
+/// How long one read-back may wait for the device before the request fails.
+const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// cos and sin of each rotation angle at each position, `[n_tokens, n_rot / 2, 2]`, computed
 /// as the CPU reference does (angle by repeated multiplication, as ggml does).

@@ -29,8 +29,9 @@ pub(crate) struct Gpu {
 }
 
 impl Gpu {
-    /// Open the first high-performance adapter (Metal on macOS, Vulkan elsewhere).
-    pub fn open() -> Result<Gpu, WgpuError> {
+    /// Open the first high-performance adapter (Metal on macOS, Vulkan elsewhere); subgroup
+    /// operations are used when the adapter has them and `subgroups` allows them.
+    pub fn open(subgroups: bool) -> Result<Gpu, WgpuError> {
         let instance = wgpu::Instance::new(&wgpu::InstanceDescriptor {
             backends: wgpu::Backends::VULKAN | wgpu::Backends::METAL,
             ..Default::default()
@@ -42,7 +43,11 @@ impl Gpu {
         }))
         .map_err(|e| WgpuError::NoAdapter(format!("{e} (no Vulkan or Metal driver found)")))?;
         let ai = adapter.get_info();
-        let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        let mut wanted = wgpu::Features::SHADER_F16;
+        if subgroups {
+            wanted |= wgpu::Features::SUBGROUP;
+        }
+        let features = adapter.features() & wanted;
         // NOTE: the WebGPU defaults cap a storage binding at 128 MiB, smaller than one
         // embedding table of a small model: ask for everything the adapter has.
         let limits = adapter.limits();

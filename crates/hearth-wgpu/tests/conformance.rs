@@ -17,7 +17,11 @@ use hearth_wgpu::WgpuBackend;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 fn gpu() -> Option<WgpuBackend> {
-    match WgpuBackend::open() {
+    gpu_with(true)
+}
+
+fn gpu_with(subgroups: bool) -> Option<WgpuBackend> {
+    match WgpuBackend::open_with(subgroups) {
         Ok(b) => {
             eprintln!("running on {}", b.name());
             Some(b)
@@ -90,6 +94,18 @@ fn matmul_on<B: Backend>(be: &B, w: HostWeight, x: &[f32], n: usize, add: bool) 
 #[test]
 fn matmul_and_embed_every_weight_type() {
     let Some(g) = gpu() else { return };
+    check_matmul_and_embed(&g);
+}
+
+/// The kernels for adapters without subgroup operations, on any adapter.
+#[test]
+fn matmul_without_subgroups() {
+    let Some(g) = gpu_with(false) else { return };
+    assert!(!g.name().contains("subgroups"), "{}", g.name());
+    check_matmul_and_embed(&g);
+}
+
+fn check_matmul_and_embed(g: &WgpuBackend) {
     let c = cpu();
     let mut rng = StdRng::seed_from_u64(1);
     let mut failures = Vec::new();
@@ -102,7 +118,7 @@ fn matmul_and_embed_every_weight_type() {
         for (n, add) in [(1, false), (4, false), (5, false), (3, true)] {
             let x = random(&mut rng, n * cols);
             let want = matmul_on(&c, w.clone(), &x, n, add);
-            let got = matmul_on(&g, w.clone(), &x, n, add);
+            let got = matmul_on(g, w.clone(), &x, n, add);
             let e = nmse(&want, &got);
             eprintln!("matmul {ty:>5} [{rows}x{cols}] n={n} add={add}: nmse {e:.2e}");
             if e > bound(ty) {
@@ -111,7 +127,7 @@ fn matmul_and_embed_every_weight_type() {
         }
         let tokens = [3u32, 0, 36, 3, 20];
         let want = embed_on(&c, w.clone(), &tokens);
-        let got = embed_on(&g, w.clone(), &tokens);
+        let got = embed_on(g, w.clone(), &tokens);
         let e = nmse(&want, &got);
         eprintln!("embed  {ty:>5}: nmse {e:.2e}");
         if e > 1e-12 {
