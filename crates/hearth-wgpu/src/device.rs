@@ -34,6 +34,9 @@ impl Gpu {
     pub fn open(subgroups: bool) -> Result<Gpu, WgpuError> {
         let instance = wgpu::Instance::new(&wgpu::InstanceDescriptor {
             backends: wgpu::Backends::VULKAN | wgpu::Backends::METAL,
+            // NOTE: not the debug-build default, which asks for the Vulkan validation layers
+            // (absent on most machines, and a warning each run); WGPU_* variables still apply.
+            flags: wgpu::InstanceFlags::empty().with_env(),
             ..Default::default()
         });
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
