@@ -5,6 +5,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-models.sh smollm2 gemma3 minilm >/dev/null
 scripts/setup-test-clients.sh
+# The wgpu backend's tests run on lavapipe (software Vulkan) where it can be installed; once it
+# is, a missing adapter is a test failure rather than a skip.
+if scripts/setup-lavapipe.sh; then
+    export HEARTH_REQUIRE_WGPU=1
+fi
 # A one-off build gains nothing from incremental state, which would double the build directory.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo test --workspace --locked --no-fail-fast "$@"
+# The golden model tests again with the wgpu backend (lavapipe here): small models, few tokens.
+if [[ "${HEARTH_REQUIRE_WGPU:-}" == 1 ]]; then
+    HEARTH_TEST_DEVICE=wgpu cargo test -p hearth-engine --test golden_models --locked \
+        -- qwen3_tiny_f16 smollm2_logits
+else
+    echo "skipping the golden model tests on wgpu: no Vulkan driver (see scripts/setup-lavapipe.sh)"
+fi

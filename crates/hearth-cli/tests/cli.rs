@@ -201,6 +201,23 @@ fn a_missing_gpu_is_named() {
     );
 }
 
+/// `--device wgpu` where wgpu finds no adapter (the Vulkan loader pointed at no driver): one
+/// line naming wgpu, not a panic. On macOS wgpu uses Metal, which this cannot hide.
+#[test]
+fn wgpu_without_an_adapter_is_named() {
+    if cfg!(target_os = "macos") {
+        return;
+    }
+    let m = smollm2();
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["run", s(&m), "--raw", "--device", "wgpu", "-n", "1", "hi"])
+        .env("VK_ICD_FILENAMES", "/nonexistent/hearth-no-driver.json")
+        .env("VK_DRIVER_FILES", "/nonexistent/hearth-no-driver.json")
+        .output()
+        .expect("run hearth");
+    assert_one_line_error(&out, "no usable wgpu adapter");
+}
+
 #[test]
 fn bad_flags_are_named() {
     let m = smollm2();

@@ -2,7 +2,8 @@
 //! trait: the engine does not need to know which backend it drives.
 //!
 //! The device factory (`load_runner`) is the one place that names concrete backends; the CUDA
-//! one is behind the `cuda` feature and is only chosen when a GPU answers the probe.
+//! one is behind the `cuda` feature and is only chosen when a GPU answers the probe, the wgpu
+//! one (Metal on macOS, Vulkan elsewhere) is behind the `wgpu` feature.
 
 use std::sync::Arc;
 
@@ -14,12 +15,14 @@ use crate::EngineError;
 /// Which device runs the model (`--device`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Device {
-    /// The first CUDA GPU when one is usable, else the CPU.
+    /// The first CUDA GPU when one is usable; on macOS the Metal GPU through wgpu; else the CPU.
     #[default]
     Auto,
     Cpu,
     /// CUDA GPU number N.
     Cuda(usize),
+    /// The first adapter wgpu finds: Metal on macOS, Vulkan elsewhere.
+    Wgpu,
 }
 
 impl std::str::FromStr for Device {
@@ -30,10 +33,11 @@ impl std::str::FromStr for Device {
             "auto" => Ok(Device::Auto),
             "cpu" => Ok(Device::Cpu),
             "cuda" => Ok(Device::Cuda(0)),
+            "wgpu" => Ok(Device::Wgpu),
             _ => match s.strip_prefix("cuda:").map(str::parse) {
                 Some(Ok(n)) => Ok(Device::Cuda(n)),
                 _ => Err(format!(
-                    "unknown device '{s}' (expected auto, cpu, cuda or cuda:N)"
+                    "unknown device '{s}' (expected auto, cpu, cuda, cuda:N or wgpu)"
                 )),
             },
         }
@@ -85,7 +89,7 @@ impl<B: Backend> ModelRunner for Loaded<B> {
 }
 
 /// Why the GPU path was not taken.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
 enum Unusable {
     /// No usable GPU (no driver, no device, no CUDA support in this build).
     NoGpu(String),
@@ -143,6 +147,18 @@ pub(crate) fn load_runner(
             return gpu::load(n, config, tensors, kv_spec)?
                 .map_err(|why| EngineError::Device(why.to_string()));
         }
+        Device::Wgpu => {
+            return wgpu::load(config, tensors, kv_spec)?
+                .map_err(|why| EngineError::Device(why.to_string()));
+        }
+        // NOTE: on macOS there is no CUDA; the Apple GPU is reached through wgpu (Metal).
+        Device::Auto if cfg!(target_os = "macos") => {
+            match wgpu::load(config.clone(), tensors.clone(), kv_spec)? {
+                Ok(runner) => return Ok(runner),
+                Err(Unusable::NoGpu(_)) => None,
+                Err(Unusable::Model(why)) => Some(format!("{why}; running on the CPU")),
+            }
+        }
         Device::Auto => match gpu::load(0, config.clone(), tensors.clone(), kv_spec)? {
             Ok(runner) => return Ok(runner),
             // No GPU at all is the normal case on most machines: nothing to say.
@@ -173,25 +189,9 @@ mod gpu {
         tensors: Arc<dyn TensorSource>,
         kv_spec: &KvSpec,
     ) -> Result<Result<LoadedRunner, Unusable>, EngineError> {
-        let backend = match hearth_cuda::CudaBackend::open(ordinal) {
-            Ok(b) => b,
-            Err(e) => return Ok(Err(Unusable::NoGpu(format!("CUDA device {ordinal}: {e}")))),
-        };
-        let name = backend.name();
-        match load_on(backend, config, tensors, kv_spec) {
-            Ok(loaded) => Ok(Ok(LoadedRunner {
-                runner: Box::new(loaded),
-                backend: name,
-                n_threads: 0,
-                note: None,
-            })),
-            // A weight type or shape the GPU kernels do not cover: say which, fall back.
-            Err(EngineError::Run(ModelError::Backend(e))) | Err(EngineError::Backend(e)) => {
-                Ok(Err(Unusable::Model(format!(
-                    "{name} cannot run this model: {e}"
-                ))))
-            }
-            Err(e) => Err(e),
+        match hearth_cuda::CudaBackend::open(ordinal) {
+            Ok(backend) => gpu_runner(backend, config, tensors, kv_spec),
+            Err(e) => Ok(Err(Unusable::NoGpu(format!("CUDA device {ordinal}: {e}")))),
         }
     }
 }
@@ -212,6 +212,62 @@ mod gpu {
     }
 }
 
+/// A loaded GPU runner, or why the GPU could not take the model: shared by both GPU backends.
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+fn gpu_runner<B: Backend + 'static>(
+    backend: B,
+    config: DecoderConfig,
+    tensors: Arc<dyn TensorSource>,
+    kv_spec: &KvSpec,
+) -> Result<Result<LoadedRunner, Unusable>, EngineError> {
+    let name = backend.name();
+    match load_on(backend, config, tensors, kv_spec) {
+        Ok(loaded) => Ok(Ok(LoadedRunner {
+            runner: Box::new(loaded),
+            backend: name,
+            n_threads: 0,
+            note: None,
+        })),
+        // A weight type or shape the GPU kernels do not cover: say which, fall back.
+        Err(EngineError::Run(ModelError::Backend(e))) | Err(EngineError::Backend(e)) => Ok(Err(
+            Unusable::Model(format!("{name} cannot run this model: {e}")),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(feature = "wgpu")]
+mod wgpu {
+    use super::*;
+
+    /// `Ok(Err(why))` when wgpu finds no usable adapter (or the model cannot run on it).
+    pub(super) fn load(
+        config: DecoderConfig,
+        tensors: Arc<dyn TensorSource>,
+        kv_spec: &KvSpec,
+    ) -> Result<Result<LoadedRunner, Unusable>, EngineError> {
+        match hearth_wgpu::WgpuBackend::open() {
+            Ok(backend) => gpu_runner(backend, config, tensors, kv_spec),
+            Err(e) => Ok(Err(Unusable::NoGpu(format!("wgpu: {e}")))),
+        }
+    }
+}
+
+#[cfg(not(feature = "wgpu"))]
+mod wgpu {
+    use super::*;
+
+    pub(super) fn load(
+        _config: DecoderConfig,
+        _tensors: Arc<dyn TensorSource>,
+        _kv_spec: &KvSpec,
+    ) -> Result<Result<LoadedRunner, Unusable>, EngineError> {
+        Ok(Err(Unusable::NoGpu(
+            "this build of hearth has no wgpu support".into(),
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Device;
@@ -222,6 +278,7 @@ mod tests {
         assert_eq!("cpu".parse(), Ok(Device::Cpu));
         assert_eq!("cuda".parse(), Ok(Device::Cuda(0)));
         assert_eq!("cuda:1".parse(), Ok(Device::Cuda(1)));
+        assert_eq!("wgpu".parse(), Ok(Device::Wgpu));
         for bad in ["gpu", "cuda:", "cuda:x", "CUDA"] {
             let err = bad.parse::<Device>().unwrap_err();
             assert!(err.contains(bad), "{err}");

@@ -25,7 +25,13 @@ pub fn open_tokenizer(path: &Path) -> anyhow::Result<(GgufFile, Tokenizer)> {
 pub fn init_logging(default_level: &str) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+        // wgpu's driver notes ("VK_EXT_memory_budget is not available") are not the user's
+        // concern; its errors reach the user as hearth's own.
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!(
+                "{default_level},wgpu_hal=error,wgpu_core=error,naga=error"
+            ))
+        });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

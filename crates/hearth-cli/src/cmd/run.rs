@@ -47,8 +47,8 @@ pub struct LoadArgs {
     /// Most prompt tokens per forward step
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
-    /// Where the model runs: auto (a CUDA GPU when one is usable, else the CPU), cpu, cuda,
-    /// cuda:N
+    /// Where the model runs: auto (a CUDA GPU when one is usable, the Metal GPU on macOS, else
+    /// the CPU), cpu, cuda, cuda:N, wgpu (Metal on macOS, Vulkan elsewhere)
     #[arg(long, default_value = "auto")]
     pub device: Device,
 }

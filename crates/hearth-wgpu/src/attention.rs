@@ -1,0 +1,170 @@
+//! The paged KV cache on the device and the attention op (kernels/attention.wgsl).
+
+use hearth_backend::{AttnBatch, AttnParams, BackendError, KvSpec};
+
+use crate::backend::{check, words, WgpuBackend, WgpuTensor};
+use crate::kernels::Module;
+use crate::recorder::{Bind, Grid};
+
+/// Keys and values of every layer: `n_blocks * block_size` slots of `kv_dim` f16 values each,
+/// stored two per u32 word.
+pub struct WgpuKvCache {
+    /// `(keys, values)` per layer, each `[slots, kv_dim / 2]` words.
+    layers: Vec<(wgpu::Buffer, wgpu::Buffer)>,
+    kv_dims: Vec<usize>,
+    n_blocks: usize,
+    block_size: usize,
+}
+
+impl WgpuKvCache {
+    pub(crate) fn new(be: &WgpuBackend, spec: &KvSpec) -> Result<WgpuKvCache, BackendError> {
+        let slots = (spec.n_blocks * spec.block_size) as u64;
+        let mut layers = Vec::with_capacity(spec.kv_dims.len());
+        for (i, &d) in spec.kv_dims.iter().enumerate() {
+            check(d % 2 == 0, || {
+                format!("layer {i}: an odd KV width ({d}) is not supported by the wgpu backend")
+            })?;
+            let bytes = slots * d as u64 * 2;
+            let k = be.buffer(bytes).map_err(|e| kv_too_big(i, e))?;
+            let v = be.buffer(bytes).map_err(|e| kv_too_big(i, e))?;
+            layers.push((k, v));
+        }
+        Ok(WgpuKvCache {
+            layers,
+            kv_dims: spec.kv_dims.clone(),
+            n_blocks: spec.n_blocks,
+            block_size: spec.block_size,
+        })
+    }
+}
+
+fn kv_too_big(layer: usize, e: BackendError) -> BackendError {
+    BackendError::OutOfMemory(format!(
+        "KV cache of layer {layer}: {e}; use a smaller context"
+    ))
+}
+
+/// Per-token `(position, table offset)` pairs followed by every sequence's block table, as the
+/// kernels read them from `aux`. Checks that each table covers its sequence.
+fn attention_aux(
+    batch: &AttnBatch,
+    n_tokens: usize,
+    n_blocks: usize,
+) -> Result<Vec<u32>, BackendError> {
+    let mut aux = vec![0u32; 2 * n_tokens];
+    let mut tables = Vec::new();
+    let mut covered = 0;
+    for (s, seq) in batch.seqs.iter().enumerate() {
+        let end = seq.first_pos + seq.n_tokens;
+        check(
+            seq.token_start + seq.n_tokens <= n_tokens
+                && seq.block_table.len() * batch.block_size >= end
+                && seq.block_table.iter().all(|&b| (b as usize) < n_blocks),
+            || {
+                format!(
+                    "sequence {s}: its block table does not cover positions 0..{end} in the cache"
+                )
+            },
+        )?;
+        let offset = tables.len() as u32;
+        tables.extend_from_slice(seq.block_table);
+        for i in 0..seq.n_tokens {
+            let t = seq.token_start + i;
+            aux[2 * t] = (seq.first_pos + i) as u32;
+            aux[2 * t + 1] = offset;
+        }
+        covered += seq.n_tokens;
+    }
+    check(covered == n_tokens, || {
+        format!("the batch's sequences cover {covered} of its {n_tokens} tokens")
+    })?;
+    aux.extend(tables);
+    Ok(aux)
+}
+
+/// See [`hearth_backend::Backend::attention`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    be: &WgpuBackend,
+    q: &WgpuTensor,
+    k: &WgpuTensor,
+    v: &WgpuTensor,
+    cache: &mut WgpuKvCache,
+    layer: usize,
+    batch: &AttnBatch,
+    p: &AttnParams,
+    out: &mut WgpuTensor,
+) -> Result<(), BackendError> {
+    let kv_dim = p.n_kv_heads * p.head_dim;
+    let q_dim = p.n_heads * p.head_dim;
+    let n = q.rows;
+    check(
+        cache.kv_dims.get(layer) == Some(&kv_dim) && batch.block_size == cache.block_size,
+        || format!("layer {layer}: KV cache shape does not match the attention parameters"),
+    )?;
+    check(
+        p.n_kv_heads > 0 && p.n_heads.is_multiple_of(p.n_kv_heads),
+        || {
+            format!(
+                "{} query heads cannot share {} KV heads",
+                p.n_heads, p.n_kv_heads
+            )
+        },
+    )?;
+    check(p.head_dim.is_multiple_of(2) && p.head_dim <= 256, || {
+        format!(
+            "head_dim {} is not supported by the wgpu backend (even, at most 256)",
+            p.head_dim
+        )
+    })?;
+    check(
+        (q.cols, k.cols, v.cols, out.cols) == (q_dim, kv_dim, kv_dim, q_dim)
+            && k.rows == n
+            && v.rows == n
+            && out.rows == n,
+        || format!("attention shapes q {q_dim} k/v {kv_dim} do not match the tensors"),
+    )?;
+    let aux = attention_aux(batch, n, cache.n_blocks)?;
+    let params = words(&[
+        n as u32,
+        p.n_heads as u32,
+        p.n_kv_heads as u32,
+        p.head_dim as u32,
+        batch.block_size as u32,
+        p.window.unwrap_or(0) as u32,
+        p.scale.to_bits(),
+        p.softcap.unwrap_or(0.0).to_bits(),
+        2 * n as u32,
+        0,
+        0,
+        0,
+    ]);
+    let aux = words(&aux);
+    let (kc, vc) = &cache.layers[layer];
+    let binds = [
+        Bind::Buffer(&q.buf),
+        Bind::Buffer(&k.buf),
+        Bind::Buffer(&v.buf),
+        Bind::Buffer(kc),
+        Bind::Buffer(vc),
+        Bind::Buffer(&out.buf),
+        Bind::Host(&params),
+        Bind::Host(&aux),
+    ];
+    let mut rec = be.recorder();
+    rec.dispatch(
+        &be.gpu,
+        Module::Attention,
+        "kv_write",
+        &binds,
+        Grid::Threads(n * kv_dim / 2),
+    )?;
+    rec.dispatch(
+        &be.gpu,
+        Module::Attention,
+        "attention",
+        &binds,
+        Grid::Groups(n * p.n_heads),
+    )?;
+    Ok(())
+}

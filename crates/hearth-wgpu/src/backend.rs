@@ -1,0 +1,635 @@
+//! [`WgpuBackend`]: the [`Backend`] trait over wgpu buffers and the WGSL kernels.
+
+use std::sync::{Mutex, MutexGuard};
+
+use hearth_backend::{
+    Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeKind,
+    RopeSpec,
+};
+use hearth_quant::GgmlType;
+use wgpu::util::DeviceExt;
+
+use crate::device::{AdapterInfo, Gpu};
+use crate::kernels::{block_reader, Module};
+use crate::recorder::{Bind, Grid, Recorder};
+use crate::WgpuError;
+
+/// A dense f32 activation matrix in a device buffer.
+pub struct WgpuTensor {
+    pub(crate) buf: wgpu::Buffer,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+}
+
+/// A weight on the device: raw GGUF blocks for a matrix, f32 values for a vector.
+pub struct WgpuWeight {
+    pub(crate) buf: wgpu::Buffer,
+    pub(crate) name: String,
+    pub(crate) ty: GgmlType,
+    /// `[rows, cols]`, as in the file.
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    /// Bytes of one row of blocks.
+    pub(crate) row_bytes: usize,
+}
+
+pub use crate::attention::WgpuKvCache;
+
+/// The wgpu backend: one device, its kernels and the batch of dispatches being recorded.
+pub struct WgpuBackend {
+    pub(crate) gpu: Gpu,
+    pub(crate) rec: Mutex<Recorder>,
+    /// Bound where a kernel's layout has a buffer that an entry point does not read.
+    pub(crate) dummy: wgpu::Buffer,
+}
+
+/// `Err(Unsupported(msg()))` unless `ok`.
+pub(crate) fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), BackendError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(BackendError::Unsupported(msg()))
+    }
+}
+
+/// The bytes of a parameter struct of u32 / f32 fields.
+pub(crate) fn words(w: &[u32]) -> Vec<u8> {
+    bytemuck::cast_slice(w).to_vec()
+}
+
+impl WgpuBackend {
+    /// Open the first Vulkan (Metal on macOS) adapter; an error says why there is none.
+    pub fn open() -> Result<WgpuBackend, WgpuError> {
+        Self::open_with(true)
+    }
+
+    /// As [`open`](Self::open); `subgroups: false` keeps to the kernels without subgroup
+    /// operations even where the adapter has them (the path for adapters that lack them).
+    pub fn open_with(subgroups: bool) -> Result<WgpuBackend, WgpuError> {
+        let gpu = Gpu::open(subgroups)?;
+        let rec = Mutex::new(Recorder::new(&gpu));
+        let dummy = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("unused binding"),
+            size: 16,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        Ok(WgpuBackend { gpu, rec, dummy })
+    }
+
+    /// What the adapter offers.
+    pub fn adapter(&self) -> &AdapterInfo {
+        &self.gpu.info
+    }
+
+    pub(crate) fn recorder(&self) -> MutexGuard<'_, Recorder> {
+        self.rec.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn buffer(&self, bytes: u64) -> Result<wgpu::Buffer, BackendError> {
+        check(bytes <= self.gpu.info.max_binding, || {
+            format!(
+                "a {bytes}-byte buffer is larger than this adapter's largest binding ({} bytes)",
+                self.gpu.info.max_binding
+            )
+        })?;
+        Ok(self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: bytes.max(16).next_multiple_of(4),
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }))
+    }
+
+    fn init_buffer(&self, name: &str, bytes: &[u8]) -> Result<wgpu::Buffer, BackendError> {
+        check(bytes.len() as u64 <= self.gpu.info.max_binding, || {
+            format!(
+                "tensor '{name}': {} bytes are more than this adapter's largest binding \
+                 ({} bytes); splitting a weight across bindings is not supported yet",
+                bytes.len(),
+                self.gpu.info.max_binding
+            )
+        })?;
+        let mut padded;
+        let mut contents = bytes;
+        let len = bytes.len().max(16).next_multiple_of(4);
+        if len != bytes.len() {
+            padded = bytes.to_vec();
+            padded.resize(len, 0);
+            contents = &padded;
+        }
+        Ok(self
+            .gpu
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: None,
+                contents,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_SRC
+                    | wgpu::BufferUsages::COPY_DST,
+            }))
+    }
+
+    /// Record one dispatch of the element-wise module over `(n, cols)`: `n` items (values or
+    /// blocks) of rows of `cols`.
+    fn elementwise(
+        &self,
+        entry: &'static str,
+        x: &wgpu::Buffer,
+        y: Option<&wgpu::Buffer>,
+        (n, cols): (usize, usize),
+        s: f32,
+        idx: &[u32],
+    ) -> Result<(), BackendError> {
+        let params = words(&[n as u32, cols as u32, s.to_bits(), 0]);
+        let idx_bytes = words(idx);
+        let idx_bind = if idx.is_empty() {
+            Bind::Buffer(&self.dummy)
+        } else {
+            Bind::Host(&idx_bytes)
+        };
+        let binds = [
+            Bind::Buffer(x),
+            Bind::Buffer(y.unwrap_or(&self.dummy)),
+            Bind::Host(&params),
+            idx_bind,
+        ];
+        let mut rec = self.recorder();
+        Ok(rec.dispatch(
+            &self.gpu,
+            Module::Elementwise,
+            entry,
+            &binds,
+            Grid::Threads(n),
+        )?)
+    }
+
+    fn matmul_into(
+        &self,
+        w: &WgpuWeight,
+        x: &WgpuTensor,
+        out: &mut WgpuTensor,
+        accumulate: bool,
+    ) -> Result<(), BackendError> {
+        check(
+            x.cols == w.cols && (out.rows, out.cols) == (x.rows, w.rows),
+            || {
+                format!(
+                    "matmul of '{}' [{}, {}] with [{}, {}] into [{}, {}]",
+                    w.name, w.rows, w.cols, x.rows, x.cols, out.rows, out.cols
+                )
+            },
+        )?;
+        let rounded = self.round_activations(w.ty, x)?;
+        let x = rounded.as_ref().unwrap_or(x);
+        let params = words(&[
+            w.rows as u32,
+            w.cols as u32,
+            x.rows as u32,
+            w.row_bytes as u32,
+            accumulate as u32,
+            0,
+            0,
+            0,
+        ]);
+        let binds = [
+            Bind::Buffer(&w.buf),
+            Bind::Buffer(&x.buf),
+            Bind::Buffer(&out.buf),
+            Bind::Host(&params),
+        ];
+        // One workgroup per (row, tile of 4 tokens): see kernels/matmul.wgsl.
+        let groups = w.rows * x.rows.div_ceil(4);
+        let mut rec = self.recorder();
+        Ok(rec.dispatch(
+            &self.gpu,
+            Module::Matmul(w.ty, self.gpu.info.subgroups),
+            "matmul",
+            &binds,
+            Grid::Groups(groups),
+        )?)
+    }
+
+    /// Wait for every submission. wgpu's wait gives up after a while, which a software
+    /// device (lavapipe) can need for one prompt chunk of a real model: keep waiting up to
+    /// [`WAIT_LIMIT`], then fail the request with a clear error instead of hanging.
+    fn wait(&self) -> Result<(), BackendError> {
+        let start = std::time::Instant::now();
+        loop {
+            match self.gpu.device.poll(wgpu::PollType::Wait) {
+                Ok(_) => break,
+                Err(wgpu::PollError::Timeout) if start.elapsed() < WAIT_LIMIT => {}
+                Err(e) => {
+                    return Err(WgpuError::Device(format!(
+                        "waiting for the device ({:.0} s): {e}",
+                        start.elapsed().as_secs_f64()
+                    ))
+                    .into())
+                }
+            }
+        }
+        Ok(self.gpu.take_error()?)
+    }
+
+    /// `x` rounded as llama.cpp's CPU code rounds the activations of a matmul with a `ty`
+    /// weight (8-bit blocks for quantized weights, f16 for f16 ones), or `None` for f32 weights.
+    ///
+    /// NOTE: the golden model tests compare greedy tokens with llama.cpp, and small models
+    /// amplify this rounding: without it a Q8_0 model parts ways with the reference.
+    fn round_activations(
+        &self,
+        ty: GgmlType,
+        x: &WgpuTensor,
+    ) -> Result<Option<WgpuTensor>, BackendError> {
+        let n = x.rows * x.cols;
+        let (entry, items) = match hearth_quant::matmul_activation_type(ty) {
+            Some(GgmlType::Q8_0 | GgmlType::Q8_1) if x.cols.is_multiple_of(32) => {
+                ("quant_q8_0", n / 32)
+            }
+            Some(GgmlType::Q8_K) if x.cols.is_multiple_of(256) => ("quant_q8_k", n / 256),
+            Some(GgmlType::F16) => ("round_f16", n),
+            _ => return Ok(None),
+        };
+        let out = self.alloc(x.rows, x.cols)?;
+        self.elementwise(entry, &out.buf, Some(&x.buf), (items, x.cols), 0.0, &[])?;
+        Ok(Some(out))
+    }
+
+    fn read_back(&self, t: &WgpuTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        let bytes = (t.rows * t.cols * 4) as u64;
+        out.clear();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let staging = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read-back"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.recorder().submit(&self.gpu, |enc| {
+            enc.copy_buffer_to_buffer(&t.buf, 0, &staging, 0, bytes);
+        })?;
+        let slice = staging.slice(..);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.wait()?;
+        match rx.try_recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(WgpuError::Device(format!("read-back: {e}")).into()),
+            Err(_) => return Err(WgpuError::Device("read-back did not complete".into()).into()),
+        }
+        out.extend_from_slice(bytemuck::cast_slice(&slice.get_mapped_range()));
+        staging.unmap();
+        Ok(())
+    }
+}
+
+/// How long one read-back may wait for the device before the request fails.
+const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// cos and sin of each rotation angle at each position, `[n_tokens, n_rot / 2, 2]`, computed
+/// as the CPU reference does (angle by repeated multiplication, as ggml does).
+fn rope_table(positions: &[u32], rope: &RopeSpec) -> Vec<f32> {
+    let half = rope.n_rot / 2;
+    let theta_scale = rope.freq_base.powf(-2.0 / rope.n_rot as f32);
+    let mut out = Vec::with_capacity(positions.len() * half * 2);
+    for &pos in positions {
+        let mut theta = pos as f32;
+        for i in 0..half {
+            let factor = rope.freq_factors.get(i).copied().unwrap_or(1.0);
+            let t = rope.freq_scale * (theta / factor);
+            out.push(t.cos());
+            out.push(t.sin());
+            theta *= theta_scale;
+        }
+    }
+    out
+}
+
+impl Backend for WgpuBackend {
+    type Tensor = WgpuTensor;
+    type Weight = WgpuWeight;
+    type KvCache = WgpuKvCache;
+
+    fn name(&self) -> String {
+        let i = &self.gpu.info;
+        let mut extras = Vec::new();
+        if i.shader_f16 {
+            extras.push("f16");
+        }
+        if i.subgroups {
+            extras.push("subgroups");
+        }
+        format!("wgpu ({}; {})", i.name, extras.join(", "))
+    }
+
+    fn load_weight(&self, w: HostWeight) -> Result<WgpuWeight, BackendError> {
+        let bytes = w.data.bytes();
+        if w.rows == 1 {
+            // Vectors (norm weights) are read as f32 by the element-wise kernels.
+            let mut vals = vec![0f32; w.cols];
+            hearth_quant::dequantize_row(w.ty, bytes, &mut vals).map_err(|e| {
+                BackendError::BadWeight {
+                    name: w.name.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+            let buf = self.init_buffer(&w.name, bytemuck::cast_slice(&vals))?;
+            return Ok(WgpuWeight {
+                buf,
+                name: w.name,
+                ty: GgmlType::F32,
+                rows: 1,
+                cols: w.cols,
+                row_bytes: 4 * w.cols,
+            });
+        }
+        let Some((block, block_bytes, _)) = block_reader(w.ty) else {
+            return Err(BackendError::Unsupported(format!(
+                "tensor '{}': {} weights are not supported by the wgpu backend yet",
+                w.name, w.ty
+            )));
+        };
+        let (block, block_bytes) = (block as usize, block_bytes as usize);
+        let row_bytes = w.cols / block * block_bytes;
+        if !w.cols.is_multiple_of(block) || bytes.len() != w.rows * row_bytes {
+            return Err(BackendError::BadWeight {
+                name: w.name.clone(),
+                reason: format!(
+                    "{} bytes for [{}, {}] {} (blocks of {block})",
+                    bytes.len(),
+                    w.rows,
+                    w.cols,
+                    w.ty
+                ),
+            });
+        }
+        let buf = self.init_buffer(&w.name, bytes)?;
+        Ok(WgpuWeight {
+            buf,
+            name: w.name,
+            ty: w.ty,
+            rows: w.rows,
+            cols: w.cols,
+            row_bytes,
+        })
+    }
+
+    fn new_kv_cache(&self, spec: &KvSpec) -> Result<WgpuKvCache, BackendError> {
+        WgpuKvCache::new(self, spec)
+    }
+
+    fn alloc(&self, rows: usize, cols: usize) -> Result<WgpuTensor, BackendError> {
+        let buf = self.buffer((rows * cols * 4) as u64)?;
+        Ok(WgpuTensor { buf, rows, cols })
+    }
+
+    fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<WgpuTensor, BackendError> {
+        check(data.len() == rows * cols, || {
+            format!("upload of {} values as [{rows}, {cols}]", data.len())
+        })?;
+        let buf = self.init_buffer("activation", bytemuck::cast_slice(data))?;
+        Ok(WgpuTensor { buf, rows, cols })
+    }
+
+    fn to_host(&self, t: &WgpuTensor) -> Result<Vec<f32>, BackendError> {
+        let mut out = Vec::new();
+        self.read_back(t, &mut out)?;
+        Ok(out)
+    }
+
+    fn to_host_into(&self, t: &WgpuTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        self.read_back(t, out)
+    }
+
+    fn copy(&self, t: &WgpuTensor) -> Result<WgpuTensor, BackendError> {
+        let out = self.alloc(t.rows, t.cols)?;
+        let n = t.rows * t.cols;
+        self.elementwise("copy", &out.buf, Some(&t.buf), (n, t.cols), 0.0, &[])?;
+        Ok(out)
+    }
+
+    fn shape(&self, t: &WgpuTensor) -> (usize, usize) {
+        (t.rows, t.cols)
+    }
+
+    fn embed(
+        &self,
+        table: &WgpuWeight,
+        tokens: &[u32],
+        out: &mut WgpuTensor,
+    ) -> Result<(), BackendError> {
+        check((out.rows, out.cols) == (tokens.len(), table.cols), || {
+            format!(
+                "embedding of {} tokens from '{}' into [{}, {}]",
+                tokens.len(),
+                table.name,
+                out.rows,
+                out.cols
+            )
+        })?;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= table.rows) {
+            return Err(BackendError::Unsupported(format!(
+                "token {bad} is outside the {} rows of '{}'",
+                table.rows, table.name
+            )));
+        }
+        let params = words(&[
+            table.cols as u32,
+            tokens.len() as u32,
+            table.row_bytes as u32,
+            0,
+        ]);
+        let ids = words(tokens);
+        let binds = [
+            Bind::Buffer(&table.buf),
+            Bind::Host(&ids),
+            Bind::Buffer(&out.buf),
+            Bind::Host(&params),
+        ];
+        let n = tokens.len() * table.cols;
+        let module = Module::Embed(table.ty);
+        Ok(self
+            .recorder()
+            .dispatch(&self.gpu, module, "embed", &binds, Grid::Threads(n))?)
+    }
+
+    fn matmul(
+        &self,
+        w: &WgpuWeight,
+        x: &WgpuTensor,
+        out: &mut WgpuTensor,
+    ) -> Result<(), BackendError> {
+        self.matmul_into(w, x, out, false)
+    }
+
+    fn matmul_add(
+        &self,
+        w: &WgpuWeight,
+        x: &WgpuTensor,
+        out: &mut WgpuTensor,
+    ) -> Result<(), BackendError> {
+        self.matmul_into(w, x, out, true)
+    }
+
+    fn rms_norm(
+        &self,
+        x: &mut WgpuTensor,
+        weight: &WgpuWeight,
+        group: usize,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        check(
+            group > 0 && weight.rows == 1 && weight.cols == group && x.cols.is_multiple_of(group),
+            || {
+                format!(
+                    "rms_norm of [{}, {}] in groups of {group} with '{}' [{}, {}]",
+                    x.rows, x.cols, weight.name, weight.rows, weight.cols
+                )
+            },
+        )?;
+        let n_groups = x.rows * x.cols / group;
+        let params = words(&[group as u32, n_groups as u32, eps.to_bits(), 0]);
+        let binds = [
+            Bind::Buffer(&x.buf),
+            Bind::Buffer(&weight.buf),
+            Bind::Host(&params),
+        ];
+        Ok(self.recorder().dispatch(
+            &self.gpu,
+            Module::Norm,
+            "rms_norm",
+            &binds,
+            Grid::Groups(n_groups),
+        )?)
+    }
+
+    fn rope(
+        &self,
+        x: &mut WgpuTensor,
+        positions: &[u32],
+        head_dim: usize,
+        rope: &RopeSpec,
+    ) -> Result<(), BackendError> {
+        check(
+            positions.len() == x.rows
+                && head_dim > 0
+                && x.cols.is_multiple_of(head_dim)
+                && rope.n_rot <= head_dim
+                && rope.n_rot.is_multiple_of(2),
+            || {
+                format!(
+                    "rope of [{}, {}] at {} positions, head_dim {head_dim}, n_rot {}",
+                    x.rows,
+                    x.cols,
+                    positions.len(),
+                    rope.n_rot
+                )
+            },
+        )?;
+        let half = rope.n_rot / 2;
+        let heads = x.cols / head_dim;
+        let n = x.rows * heads * half;
+        let table = rope_table(positions, rope);
+        let neox = (rope.kind == RopeKind::Neox) as u32;
+        let params = words(&[
+            n as u32,
+            x.cols as u32,
+            head_dim as u32,
+            half as u32,
+            heads as u32,
+            neox,
+            0,
+            0,
+        ]);
+        let binds = [
+            Bind::Buffer(&x.buf),
+            Bind::Host(bytemuck::cast_slice(&table)),
+            Bind::Host(&params),
+        ];
+        Ok(self
+            .recorder()
+            .dispatch(&self.gpu, Module::Rope, "rope", &binds, Grid::Threads(n))?)
+    }
+
+    fn add(&self, x: &mut WgpuTensor, y: &WgpuTensor) -> Result<(), BackendError> {
+        check((x.rows, x.cols) == (y.rows, y.cols), || {
+            format!(
+                "add of [{}, {}] and [{}, {}]",
+                x.rows, x.cols, y.rows, y.cols
+            )
+        })?;
+        self.elementwise(
+            "add",
+            &x.buf,
+            Some(&y.buf),
+            (x.rows * x.cols, x.cols),
+            0.0,
+            &[],
+        )
+    }
+
+    fn scale(&self, x: &mut WgpuTensor, s: f32) -> Result<(), BackendError> {
+        self.elementwise("scale", &x.buf, None, (x.rows * x.cols, x.cols), s, &[])
+    }
+
+    fn glu(
+        &self,
+        gate: &mut WgpuTensor,
+        up: &WgpuTensor,
+        act: Activation,
+    ) -> Result<(), BackendError> {
+        check((gate.rows, gate.cols) == (up.rows, up.cols), || {
+            format!(
+                "glu of [{}, {}] and [{}, {}]",
+                gate.rows, gate.cols, up.rows, up.cols
+            )
+        })?;
+        let entry = match act {
+            Activation::Silu => "glu_silu",
+            Activation::GeluTanh => "glu_gelu",
+        };
+        let n = gate.rows * gate.cols;
+        self.elementwise(entry, &gate.buf, Some(&up.buf), (n, gate.cols), 0.0, &[])
+    }
+
+    fn gather_rows(&self, x: &WgpuTensor, rows: &[usize]) -> Result<WgpuTensor, BackendError> {
+        if let Some(&bad) = rows.iter().find(|&&r| r >= x.rows) {
+            return Err(BackendError::Unsupported(format!(
+                "gather of row {bad} from a tensor of {} rows",
+                x.rows
+            )));
+        }
+        let out = self.alloc(rows.len(), x.cols)?;
+        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        let n = rows.len() * x.cols;
+        self.elementwise(
+            "gather_rows",
+            &out.buf,
+            Some(&x.buf),
+            (n, x.cols),
+            0.0,
+            &idx,
+        )?;
+        Ok(out)
+    }
+
+    fn attention(
+        &self,
+        q: &WgpuTensor,
+        k: &WgpuTensor,
+        v: &WgpuTensor,
+        cache: &mut WgpuKvCache,
+        layer: usize,
+        batch: &AttnBatch,
+        params: &AttnParams,
+        out: &mut WgpuTensor,
+    ) -> Result<(), BackendError> {
+        crate::attention::attention(self, q, k, v, cache, layer, batch, params, out)
+    }
+}

@@ -1,0 +1,104 @@
+//! Opening an adapter and a device with the adapter's real limits, and catching device errors
+//! so that they become `Result`s instead of wgpu's default panic.
+
+use std::sync::{Arc, Mutex};
+
+use crate::WgpuError;
+
+/// What the backend learnt about its adapter.
+#[derive(Clone, Debug)]
+pub struct AdapterInfo {
+    /// Adapter name and API ("llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)").
+    pub name: String,
+    /// The adapter offers `f16` in shaders.
+    pub shader_f16: bool,
+    /// The adapter offers subgroup operations.
+    pub subgroups: bool,
+    /// The largest storage-buffer binding, in bytes.
+    pub max_binding: u64,
+    /// The largest buffer, in bytes.
+    pub max_buffer: u64,
+}
+
+/// A device, its queue and the first error it reported since the last check.
+pub(crate) struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: AdapterInfo,
+    errors: Arc<Mutex<Option<String>>>,
+}
+
+impl Gpu {
+    /// Open the first high-performance adapter (Metal on macOS, Vulkan elsewhere); subgroup
+    /// operations are used when the adapter has them and `subgroups` allows them.
+    pub fn open(subgroups: bool) -> Result<Gpu, WgpuError> {
+        let instance = wgpu::Instance::new(&wgpu::InstanceDescriptor {
+            backends: wgpu::Backends::VULKAN | wgpu::Backends::METAL,
+            // NOTE: not the debug-build default, which asks for the Vulkan validation layers
+            // (absent on most machines, and a warning each run); WGPU_* variables still apply.
+            flags: wgpu::InstanceFlags::empty().with_env(),
+            ..Default::default()
+        });
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+        }))
+        .map_err(|e| WgpuError::NoAdapter(format!("{e} (no Vulkan or Metal driver found)")))?;
+        let ai = adapter.get_info();
+        let mut wanted = wgpu::Features::SHADER_F16;
+        if subgroups {
+            wanted |= wgpu::Features::SUBGROUP;
+        }
+        let features = adapter.features() & wanted;
+        // NOTE: the WebGPU defaults cap a storage binding at 128 MiB, smaller than one
+        // embedding table of a small model: ask for everything the adapter has.
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("hearth"),
+            required_features: features,
+            required_limits: limits.clone(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| WgpuError::NoAdapter(format!("{}: {e}", ai.name)))?;
+        let errors: Arc<Mutex<Option<String>>> = Arc::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Box::new(move |e| {
+            let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| one_line(&e.to_string()));
+        }));
+        let sink = errors.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| format!("device lost ({reason:?}): {msg}"));
+        });
+        let info = AdapterInfo {
+            name: format!("{} ({:?})", ai.name, ai.backend),
+            shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            subgroups: features.contains(wgpu::Features::SUBGROUP),
+            max_binding: limits.max_storage_buffer_binding_size as u64,
+            max_buffer: limits.max_buffer_size,
+        };
+        Ok(Gpu {
+            device,
+            queue,
+            info,
+            errors,
+        })
+    }
+
+    /// The first error the device reported since the last call, if any.
+    pub fn take_error(&self) -> Result<(), WgpuError> {
+        let mut slot = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.take() {
+            Some(e) => Err(WgpuError::Device(e)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// wgpu's error texts span lines; a log line wants one.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}

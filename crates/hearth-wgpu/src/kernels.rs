@@ -1,0 +1,125 @@
+//! The WGSL sources, assembled per kernel and weight type, and their bind-group layouts.
+//!
+//! WGSL has no includes: a module is the prelude, then (for weight kernels) the block readers,
+//! then the kernel file with `DEQ`, `BLOCK` and `BLOCK_BYTES` replaced for one weight type.
+
+use hearth_quant::GgmlType;
+
+const PRELUDE: &str = include_str!("kernels/prelude.wgsl");
+const DEQUANT: &str = include_str!("kernels/dequant.wgsl");
+const MATMUL: &str = include_str!("kernels/matmul.wgsl");
+const MATMUL_SHARED: &str = include_str!("kernels/matmul_shared.wgsl");
+const MATMUL_SUBGROUP: &str = include_str!("kernels/matmul_subgroup.wgsl");
+const EMBED: &str = include_str!("kernels/embed.wgsl");
+const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
+const NORM: &str = include_str!("kernels/norm.wgsl");
+const ROPE: &str = include_str!("kernels/rope.wgsl");
+const ATTENTION: &str = include_str!("kernels/attention.wgsl");
+
+/// Weight types the matmul and embed kernels read.
+pub const WEIGHT_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// One WGSL module: which source, and for weight kernels which type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Module {
+    /// The weight type, and whether the reduction uses subgroup operations.
+    Matmul(GgmlType, bool),
+    Embed(GgmlType),
+    Elementwise,
+    Norm,
+    Rope,
+    Attention,
+}
+
+/// How a kernel binds a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    ReadWrite,
+}
+
+use Access::{Read as R, ReadWrite as RW};
+
+impl Module {
+    /// Every module, for tests that compile them all.
+    pub fn all() -> Vec<Module> {
+        let mut all: Vec<Module> = WEIGHT_TYPES
+            .iter()
+            .flat_map(|&t| [Module::Matmul(t, false), Module::Matmul(t, true)])
+            .collect();
+        all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
+        all.extend([
+            Module::Elementwise,
+            Module::Norm,
+            Module::Rope,
+            Module::Attention,
+        ]);
+        all
+    }
+
+    /// The bindings of group 0, in binding order.
+    pub fn bindings(self) -> &'static [Access] {
+        match self {
+            Module::Matmul(..) | Module::Embed(_) => &[R, R, RW, R],
+            Module::Elementwise => &[RW, R, R, R],
+            Module::Norm | Module::Rope => &[RW, R, R],
+            Module::Attention => &[R, R, R, RW, RW, RW, R, R],
+        }
+    }
+
+    /// The complete WGSL source.
+    pub fn source(self) -> String {
+        let body = match self {
+            Module::Matmul(t, false) => return weight_source(&[MATMUL, MATMUL_SHARED], t),
+            Module::Matmul(t, true) => return weight_source(&[MATMUL, MATMUL_SUBGROUP], t),
+            Module::Embed(t) => return weight_source(&[EMBED], t),
+            Module::Elementwise => ELEMENTWISE,
+            Module::Norm => NORM,
+            Module::Rope => ROPE,
+            Module::Attention => ATTENTION,
+        };
+        format!("{PRELUDE}\n{body}")
+    }
+
+    /// Whether the module needs subgroup operations from the device.
+    pub fn uses_subgroups(self) -> bool {
+        matches!(self, Module::Matmul(_, true))
+    }
+}
+
+/// `(elements per block, bytes per block, reader function)` of a weight type the kernels read.
+pub fn block_reader(ty: GgmlType) -> Option<(u32, u32, &'static str)> {
+    Some(match ty {
+        GgmlType::F32 => (1, 4, "deq_f32"),
+        GgmlType::F16 => (1, 2, "deq_f16"),
+        GgmlType::Q8_0 => (32, 34, "deq_q8_0"),
+        GgmlType::Q4_0 => (32, 18, "deq_q4_0"),
+        GgmlType::Q4_1 => (32, 20, "deq_q4_1"),
+        GgmlType::Q5_0 => (32, 22, "deq_q5_0"),
+        GgmlType::Q4_K => (256, 144, "deq_q4_k"),
+        GgmlType::Q5_K => (256, 176, "deq_q5_k"),
+        GgmlType::Q6_K => (256, 210, "deq_q6_k"),
+        _ => return None,
+    })
+}
+
+fn weight_source(parts: &[&str], ty: GgmlType) -> String {
+    // Module::all() and the backend only build modules for WEIGHT_TYPES.
+    let (block, bytes, reader) = block_reader(ty).unwrap_or((1, 4, "deq_f32"));
+    let kernel = parts
+        .concat()
+        .replace("BLOCK_BYTES", &format!("{bytes}u"))
+        .replace("BLOCK", &format!("{block}u"))
+        .replace("DEQ", reader);
+    format!("{PRELUDE}\n{DEQUANT}\n{kernel}")
+}

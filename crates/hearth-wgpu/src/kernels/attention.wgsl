@@ -1,0 +1,162 @@
+// Paged attention over an f16 KV cache (two f16 per u32 word).
+//
+// ```text
+//  cache slots (per layer):  [ block 0 | block 1 | block 2 | ... ]   each block = block_size slots
+//  token t's block table:    aux[tables + aux[2t + 1] ..]  (physical block of each logical one)
+//  slot of position j:       table[j / block_size] * block_size + j % block_size
+// ```
+// `kv_write` stores the batch's new keys/values in their slots; `attention` then runs one
+// workgroup per (token, head): pass 1 finds the softmax max and sum over the visible positions
+// (an online softmax per thread, merged across threads), pass 2 walks the positions in tiles of
+// 64, rounds each weight to f16 (as the CPU reference does) and accumulates the values; each
+// thread owns the output dimensions lid, lid + 64, ... (head_dim ≤ 256).
+
+struct AttnParams {
+    n_tokens: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    block_size: u32,
+    window: u32,   // 0: no sliding window
+    scale: f32,
+    softcap: f32,  // 0: none
+    tables: u32,   // where the block tables start in aux
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;         // [n_tokens, n_heads * head_dim]
+@group(0) @binding(1) var<storage, read> k: array<f32>;         // [n_tokens, kv_dim]
+@group(0) @binding(2) var<storage, read> v: array<f32>;         // [n_tokens, kv_dim]
+@group(0) @binding(3) var<storage, read_write> kc: array<u32>;  // [slots, kv_dim / 2] f16 pairs
+@group(0) @binding(4) var<storage, read_write> vc: array<u32>;  // [slots, kv_dim / 2]
+@group(0) @binding(5) var<storage, read_write> out: array<f32>; // [n_tokens, n_heads * head_dim]
+@group(0) @binding(6) var<storage, read> p: AttnParams;
+@group(0) @binding(7) var<storage, read> aux: array<u32>;       // [n_tokens, 2] (pos, table), tables
+
+fn slot_of(table: u32, pos: u32) -> u32 {
+    return aux[p.tables + table + pos / p.block_size] * p.block_size + pos % p.block_size;
+}
+
+@compute @workgroup_size(64)
+fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let half_dim = p.n_kv_heads * p.head_dim / 2u;
+    let i = flat_thread(gid, nwg);
+    if (i >= p.n_tokens * half_dim) {
+        return;
+    }
+    let t = i / half_dim;
+    let d = i % half_dim;
+    let slot = slot_of(aux[2u * t + 1u], aux[2u * t]);
+    kc[slot * half_dim + d] = pack_f16(k[2u * i], k[2u * i + 1u]);
+    vc[slot * half_dim + d] = pack_f16(v[2u * i], v[2u * i + 1u]);
+}
+
+var<workgroup> qs: array<f32, 256>;
+var<workgroup> red_m: array<f32, 64>;
+var<workgroup> red_l: array<f32, 64>;
+var<workgroup> weights: array<f32, 64>;
+var<workgroup> span: vec2<u32>;   // first visible position, own position
+var<workgroup> table_at: u32;
+
+const NEG_BIG: f32 = -3.0e38;
+
+fn score(kv_head: u32, table: u32, j: u32) -> f32 {
+    let half_dim = p.n_kv_heads * p.head_dim / 2u;
+    let base = slot_of(table, j) * half_dim + kv_head * p.head_dim / 2u;
+    var s = 0.0;
+    for (var d = 0u; d < p.head_dim / 2u; d++) {
+        let kk = unpack2x16float(kc[base + d]);
+        s += qs[2u * d] * kk.x + qs[2u * d + 1u] * kk.y;
+    }
+    s *= p.scale;
+    if (p.softcap > 0.0) {
+        s = p.softcap * tanh(s / p.softcap);
+    }
+    return s;
+}
+
+@compute @workgroup_size(64)
+fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let id = flat_group(wg, nwg);
+    let live = id < p.n_tokens * p.n_heads;
+    let t = min(id / p.n_heads, p.n_tokens - 1u);
+    let h = id % p.n_heads;
+    let kv_head = h / (p.n_heads / p.n_kv_heads);
+    let hd = p.head_dim;
+    if (lid == 0u) {
+        let pos = aux[2u * t];
+        var start = 0u;
+        if (p.window > 0u && pos + 1u > p.window) {
+            start = pos + 1u - p.window;
+        }
+        span = vec2<u32>(start, pos);
+        table_at = aux[2u * t + 1u];
+    }
+    for (var d = lid; d < hd; d += 64u) {
+        qs[d] = f16_round(q[(t * p.n_heads + h) * hd + d]);
+    }
+    let sp = workgroupUniformLoad(&span);
+    let table = workgroupUniformLoad(&table_at);
+
+    // Pass 1: max and sum of exp over the visible positions.
+    var m = NEG_BIG;
+    var l = 0.0;
+    for (var j = sp.x + lid; j <= sp.y; j += 64u) {
+        let s = score(kv_head, table, j);
+        if (s > m) {
+            l = l * exp(m - s) + 1.0;
+            m = s;
+        } else {
+            l += exp(s - m);
+        }
+    }
+    red_m[lid] = m;
+    red_l[lid] = l;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            let m2 = max(red_m[lid], red_m[lid + s]);
+            red_l[lid] = red_l[lid] * exp(red_m[lid] - m2) + red_l[lid + s] * exp(red_m[lid + s] - m2);
+            red_m[lid] = m2;
+        }
+        workgroupBarrier();
+    }
+    let big_m = red_m[0];
+    let inv_l = 1.0 / red_l[0];
+
+    // Pass 2: f16-rounded weights times values, 64 positions at a time.
+    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    let half_dim = p.n_kv_heads * hd / 2u;
+    for (var j0 = sp.x; j0 <= sp.y; j0 += 64u) {
+        let j = j0 + lid;
+        var wj = 0.0;
+        if (j <= sp.y) {
+            wj = f16_round(exp(score(kv_head, table, j) - big_m) * inv_l);
+        }
+        weights[lid] = wj;
+        workgroupBarrier();
+        let n = min(64u, sp.y + 1u - j0);
+        for (var jj = 0u; jj < n; jj++) {
+            let base = slot_of(table, j0 + jj) * half_dim + kv_head * hd / 2u;
+            for (var r = 0u; r < 4u; r++) {
+                let d = lid + 64u * r;
+                if (d < hd) {
+                    let pair = unpack2x16float(vc[base + d / 2u]);
+                    acc[r] += weights[jj] * select(pair.x, pair.y, (d & 1u) == 1u);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    if (live) {
+        for (var r = 0u; r < 4u; r++) {
+            let d = lid + 64u * r;
+            if (d < hd) {
+                out[(t * p.n_heads + h) * hd + d] = acc[r];
+            }
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! The wgpu backend: WGSL kernels that run through Metal on macOS and through Vulkan elsewhere
+//! (Mesa's lavapipe, a software Vulkan driver, on a machine without a GPU).
+//!
+//! Weights stay in their GGUF block form on the device (raw blocks as `array<u32>`), activations
+//! are f32, the KV cache is paged and stored as f16. Every dispatch between two read-backs is
+//! recorded into one compute pass of one command encoder and submitted once (see
+//! [`recorder`]): on Metal each pass ends a command buffer, and hundreds of them per token cost
+//! more than the arithmetic.
+
+mod attention;
+mod backend;
+mod device;
+pub mod kernels;
+mod recorder;
+
+pub use backend::{WgpuBackend, WgpuKvCache, WgpuTensor, WgpuWeight};
+pub use device::AdapterInfo;
+
+/// Why the backend could not be opened or an operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WgpuError {
+    /// No adapter, or none that can run the kernels.
+    #[error("no usable wgpu adapter: {0}")]
+    NoAdapter(String),
+    /// The device reported an error (validation, out of memory, device lost).
+    #[error("wgpu device error: {0}")]
+    Device(String),
+}
+
+impl From<WgpuError> for hearth_backend::BackendError {
+    fn from(e: WgpuError) -> Self {
+        hearth_backend::BackendError::Device(e.to_string())
+    }
+}

@@ -1,0 +1,287 @@
+//! Recording dispatches: one command encoder, one compute pass, one submit per read-back.
+//!
+//! Host data a dispatch needs (its parameter struct, token ids, block tables, rope tables) is
+//! appended to a host-side arena and bound at its offset in one device buffer. The arena is
+//! written to that buffer right before the submit, so every dispatch of the batch sees its own
+//! data although the buffer is written once. When the arena is full the batch is submitted
+//! early and a new one begins.
+
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use crate::device::Gpu;
+use crate::kernels::{Access, Module};
+use crate::WgpuError;
+
+/// Bytes of host data one batch of dispatches may stage.
+const ARENA_BYTES: u64 = 4 << 20;
+/// Workgroups per grid dimension (the WebGPU limit every adapter has).
+const MAX_GROUPS: u32 = 65_535;
+
+/// A buffer a dispatch binds.
+pub(crate) enum Bind<'a> {
+    /// A device buffer, whole.
+    Buffer(&'a wgpu::Buffer),
+    /// Host bytes, staged for this dispatch.
+    Host(&'a [u8]),
+}
+
+/// How many workgroups a dispatch needs.
+#[derive(Clone, Copy)]
+pub(crate) enum Grid {
+    /// One thread per item, 64 threads per workgroup.
+    Threads(usize),
+    /// One workgroup per item.
+    Groups(usize),
+}
+
+struct Kernel {
+    layout: wgpu::BindGroupLayout,
+    pipelines: HashMap<&'static str, wgpu::ComputePipeline>,
+    module: wgpu::ShaderModule,
+    pipeline_layout: wgpu::PipelineLayout,
+}
+
+/// The open batch of dispatches and the compiled kernels.
+pub(crate) struct Recorder {
+    kernels: HashMap<Module, Kernel>,
+    encoder: Option<wgpu::CommandEncoder>,
+    pass: Option<wgpu::ComputePass<'static>>,
+    arena_host: Vec<u8>,
+    arena: Arc<wgpu::Buffer>,
+    align: u64,
+    /// Dispatches recorded since the last submit.
+    pub n_dispatches: usize,
+}
+
+impl Recorder {
+    pub fn new(gpu: &Gpu) -> Recorder {
+        Recorder {
+            kernels: HashMap::new(),
+            encoder: None,
+            pass: None,
+            arena_host: Vec::new(),
+            arena: Arc::new(new_arena(gpu)),
+            align: gpu
+                .device
+                .limits()
+                .min_storage_buffer_offset_alignment
+                .max(16) as u64,
+            n_dispatches: 0,
+        }
+    }
+
+    /// Record `entry` of `module` over `binds` (in binding order).
+    pub fn dispatch(
+        &mut self,
+        gpu: &Gpu,
+        module: Module,
+        entry: &'static str,
+        binds: &[Bind],
+        grid: Grid,
+    ) -> Result<(), WgpuError> {
+        let n = match grid {
+            Grid::Threads(n) => n.div_ceil(64),
+            Grid::Groups(n) => n,
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        let x = n.min(MAX_GROUPS as usize);
+        let y = n.div_ceil(x);
+        if y > MAX_GROUPS as usize {
+            return Err(WgpuError::Device(format!(
+                "{entry}: {n} workgroups do not fit a 65535 x 65535 grid"
+            )));
+        }
+        let staged: usize = binds
+            .iter()
+            .map(|b| match b {
+                Bind::Host(d) => d.len().max(16) + self.align as usize,
+                Bind::Buffer(_) => 0,
+            })
+            .sum();
+        if staged as u64 > ARENA_BYTES {
+            return Err(WgpuError::Device(format!(
+                "{entry}: {staged} bytes of host data exceed the {ARENA_BYTES}-byte staging arena"
+            )));
+        }
+        if (self.arena_host.len() + staged) as u64 > ARENA_BYTES {
+            self.submit(gpu, |_| {})?;
+        }
+        self.ensure_kernel(gpu, module, entry)?;
+        let mut entries = Vec::with_capacity(binds.len());
+        let arena = self.arena.clone();
+        for (i, b) in binds.iter().enumerate() {
+            let resource = match b {
+                Bind::Buffer(buf) => buf.as_entire_binding(),
+                Bind::Host(data) => {
+                    let (offset, size) = self.stage(data);
+                    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &arena,
+                        offset,
+                        size: NonZeroU64::new(size),
+                    })
+                }
+            };
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource,
+            });
+        }
+        let kernel = &self.kernels[&module];
+        let group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(entry),
+            layout: &kernel.layout,
+            entries: &entries,
+        });
+        let pipeline = &kernel.pipelines[entry];
+        if self.pass.is_none() {
+            let mut encoder = self
+                .encoder
+                .take()
+                .unwrap_or_else(|| gpu.device.create_command_encoder(&Default::default()));
+            let pass = encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor::default())
+                .forget_lifetime();
+            self.encoder = Some(encoder);
+            self.pass = Some(pass);
+        }
+        let pass = self
+            .pass
+            .as_mut()
+            .ok_or_else(|| WgpuError::Device("compute pass missing after it was begun".into()))?;
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(x as u32, y as u32, 1);
+        self.n_dispatches += 1;
+        Ok(())
+    }
+
+    /// Copy `data` into the arena; its `(offset, size)` there.
+    fn stage(&mut self, data: &[u8]) -> (u64, u64) {
+        let offset = (self.arena_host.len() as u64).next_multiple_of(self.align);
+        self.arena_host.resize(offset as usize, 0);
+        self.arena_host.extend_from_slice(data);
+        // Bindings are at least 16 bytes (the smallest parameter struct) and whole words.
+        let size = (data.len() as u64).max(16).next_multiple_of(4);
+        self.arena_host.resize((offset + size) as usize, 0);
+        (offset, size)
+    }
+
+    /// End the pass, let `after` record copies, write the arena and submit everything.
+    pub fn submit(
+        &mut self,
+        gpu: &Gpu,
+        after: impl FnOnce(&mut wgpu::CommandEncoder),
+    ) -> Result<(), WgpuError> {
+        drop(self.pass.take());
+        let mut encoder = self
+            .encoder
+            .take()
+            .unwrap_or_else(|| gpu.device.create_command_encoder(&Default::default()));
+        after(&mut encoder);
+        if !self.arena_host.is_empty() {
+            gpu.queue.write_buffer(&self.arena, 0, &self.arena_host);
+            self.arena_host.clear();
+        }
+        gpu.queue.submit([encoder.finish()]);
+        self.n_dispatches = 0;
+        gpu.take_error()
+    }
+
+    fn ensure_kernel(
+        &mut self,
+        gpu: &Gpu,
+        module: Module,
+        entry: &'static str,
+    ) -> Result<(), WgpuError> {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.kernels.entry(module) {
+            let kernel = compile_module(gpu, module)?;
+            e.insert(kernel);
+        }
+        let kernel = self
+            .kernels
+            .get_mut(&module)
+            .ok_or_else(|| WgpuError::Device(format!("{module:?} was not compiled")))?;
+        if !kernel.pipelines.contains_key(entry) {
+            gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let pipeline = gpu
+                .device
+                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(entry),
+                    layout: Some(&kernel.pipeline_layout),
+                    module: &kernel.module,
+                    entry_point: Some(entry),
+                    compilation_options: Default::default(),
+                    cache: None,
+                });
+            if let Some(e) = pollster::block_on(gpu.device.pop_error_scope()) {
+                return Err(WgpuError::Device(format!(
+                    "kernel {entry} of {module:?}: {e}"
+                )));
+            }
+            kernel.pipelines.insert(entry, pipeline);
+        }
+        Ok(())
+    }
+}
+
+fn new_arena(gpu: &Gpu) -> wgpu::Buffer {
+    gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("staging arena"),
+        size: ARENA_BYTES,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
+}
+
+fn compile_module(gpu: &Gpu, module: Module) -> Result<Kernel, WgpuError> {
+    let entries: Vec<wgpu::BindGroupLayoutEntry> = module
+        .bindings()
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| wgpu::BindGroupLayoutEntry {
+            binding: i as u32,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage {
+                    read_only: a == Access::Read,
+                },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        })
+        .collect();
+    gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let layout = gpu
+        .device
+        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: None,
+            entries: &entries,
+        });
+    let pipeline_layout = gpu
+        .device
+        .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: None,
+            bind_group_layouts: &[&layout],
+            push_constant_ranges: &[],
+        });
+    let shader = gpu
+        .device
+        .create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("hearth kernels"),
+            source: wgpu::ShaderSource::Wgsl(module.source().into()),
+        });
+    if let Some(e) = pollster::block_on(gpu.device.pop_error_scope()) {
+        return Err(WgpuError::Device(format!("{module:?}: {e}")));
+    }
+    Ok(Kernel {
+        layout,
+        pipelines: HashMap::new(),
+        module: shader,
+        pipeline_layout,
+    })
+}

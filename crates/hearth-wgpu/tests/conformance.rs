@@ -1,0 +1,377 @@
+//! The op conformance table: every op and weight type of the wgpu backend on random data
+//! against the CPU backend (the reference), measured as NMSE.
+//!
+//! Runs on whatever adapter wgpu finds (Mesa's lavapipe on a machine without a GPU). Without
+//! one each test prints why and checks nothing else, unless `HEARTH_REQUIRE_WGPU=1` (set by the
+//! project's test script once it has installed lavapipe), which turns that into a failure.
+
+use std::sync::Arc;
+
+use hearth_backend::cpu::CpuBackend;
+use hearth_backend::{
+    Activation, AttnBatch, AttnParams, AttnSeq, Backend, HostWeight, KvSpec, RopeKind, RopeSpec,
+};
+use hearth_quant::GgmlType;
+use hearth_wgpu::kernels::WEIGHT_TYPES;
+use hearth_wgpu::WgpuBackend;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+fn gpu() -> Option<WgpuBackend> {
+    gpu_with(true)
+}
+
+fn gpu_with(subgroups: bool) -> Option<WgpuBackend> {
+    match WgpuBackend::open_with(subgroups) {
+        Ok(b) => {
+            eprintln!("running on {}", b.name());
+            Some(b)
+        }
+        Err(e) if std::env::var("HEARTH_REQUIRE_WGPU").as_deref() != Ok("1") => {
+            eprintln!("SKIPPED (no wgpu adapter): {e}");
+            None
+        }
+        Err(e) => panic!("HEARTH_REQUIRE_WGPU=1 but {e}"),
+    }
+}
+
+fn cpu() -> CpuBackend {
+    CpuBackend::new(2).expect("CPU backend")
+}
+
+fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect()
+}
+
+/// Σ (a - b)² / Σ a²; infinite when `b` has a NaN or the lengths differ.
+fn nmse(a: &[f32], b: &[f32]) -> f64 {
+    if a.len() != b.len() || b.iter().any(|v| v.is_nan()) {
+        return f64::INFINITY;
+    }
+    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum();
+    num / den.max(1e-30)
+}
+
+fn weight(name: &str, ty: GgmlType, rows: usize, cols: usize, vals: &[f32]) -> HostWeight {
+    let mut bytes = vec![0u8; cols / ty.block_size() * ty.type_size() * rows];
+    let row_bytes = bytes.len() / rows;
+    for (src, dst) in vals.chunks(cols).zip(bytes.chunks_mut(row_bytes)) {
+        hearth_quant::quantize_row(ty, src, dst).expect("quantize");
+    }
+    HostWeight {
+        name: name.into(),
+        ty,
+        rows,
+        cols,
+        data: Arc::new(bytes),
+    }
+}
+
+/// The largest NMSE that passes for a weight type. Both sides round the activations the same
+/// way (8-bit blocks, or f16 for f16 weights) and differ by summation order only (measured
+/// ~1e-14 on lavapipe), except Q4_1, whose CPU dot product uses the Q8_1 block sum stored as
+/// f16 (measured up to 5.5e-7).
+fn bound(ty: GgmlType) -> f64 {
+    match ty {
+        GgmlType::Q4_1 => 2e-6,
+        _ => 1e-12,
+    }
+}
+
+fn matmul_on<B: Backend>(be: &B, w: HostWeight, x: &[f32], n: usize, add: bool) -> Vec<f32> {
+    let (rows, cols) = (w.rows, w.cols);
+    let w = be.load_weight(w).expect("load weight");
+    let x = be.upload(x, n, cols).expect("upload");
+    let mut out = be.upload(&vec![0.5; n * rows], n, rows).expect("upload");
+    if add {
+        be.matmul_add(&w, &x, &mut out).expect("matmul_add");
+    } else {
+        be.matmul(&w, &x, &mut out).expect("matmul");
+    }
+    be.to_host(&out).expect("to_host")
+}
+
+#[test]
+fn matmul_and_embed_every_weight_type() {
+    let Some(g) = gpu() else { return };
+    check_matmul_and_embed(&g);
+}
+
+/// The kernels for adapters without subgroup operations, on any adapter.
+#[test]
+fn matmul_without_subgroups() {
+    let Some(g) = gpu_with(false) else { return };
+    assert!(!g.name().contains("subgroups"), "{}", g.name());
+    check_matmul_and_embed(&g);
+}
+
+fn check_matmul_and_embed(g: &WgpuBackend) {
+    let c = cpu();
+    let mut rng = StdRng::seed_from_u64(1);
+    let mut failures = Vec::new();
+    for (&ty, (rows, cols)) in WEIGHT_TYPES
+        .iter()
+        .flat_map(|t| [(t, (37, 512)), (t, (128, 256))])
+    {
+        let vals = random(&mut rng, rows * cols);
+        let w = weight("w", ty, rows, cols, &vals);
+        for (n, add) in [(1, false), (4, false), (5, false), (3, true)] {
+            let x = random(&mut rng, n * cols);
+            let want = matmul_on(&c, w.clone(), &x, n, add);
+            let got = matmul_on(g, w.clone(), &x, n, add);
+            let e = nmse(&want, &got);
+            eprintln!("matmul {ty:>5} [{rows}x{cols}] n={n} add={add}: nmse {e:.2e}");
+            if e > bound(ty) {
+                failures.push(format!("matmul {ty} n={n} add={add}: {e:.2e}"));
+            }
+        }
+        let tokens = [3u32, 0, 36, 3, 20];
+        let want = embed_on(&c, w.clone(), &tokens);
+        let got = embed_on(g, w.clone(), &tokens);
+        let e = nmse(&want, &got);
+        eprintln!("embed  {ty:>5}: nmse {e:.2e}");
+        if e > 1e-12 {
+            failures.push(format!("embed {ty}: {e:.2e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+fn embed_on<B: Backend>(be: &B, w: HostWeight, tokens: &[u32]) -> Vec<f32> {
+    let cols = w.cols;
+    let w = be.load_weight(w).expect("load weight");
+    let mut out = be.alloc(tokens.len(), cols).expect("alloc");
+    be.embed(&w, tokens, &mut out).expect("embed");
+    be.to_host(&out).expect("to_host")
+}
+
+/// More workgroups than one grid dimension holds (65,535): the 2-D grid must cover them all.
+#[test]
+fn matmul_beyond_one_grid_dimension() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(2);
+    let (rows, cols) = (70_000, 32);
+    let vals = random(&mut rng, rows * cols);
+    let x = random(&mut rng, cols);
+    let w = weight("wide", GgmlType::F32, rows, cols, &vals);
+    let want = matmul_on(&cpu(), w.clone(), &x, 1, false);
+    let got = matmul_on(&g, w, &x, 1, false);
+    assert!(nmse(&want, &got) < 1e-10, "nmse {}", nmse(&want, &got));
+}
+
+/// Runs the element-wise and per-row ops on one backend; returns each op's output by name.
+fn elementwise_on<B: Backend>(
+    be: &B,
+    a: &[f32],
+    b: &[f32],
+    norm: &[f32],
+) -> Vec<(String, Vec<f32>)> {
+    let (rows, cols, head_dim) = (3, 128, 32);
+    let up = |v: &[f32]| be.upload(v, rows, cols).expect("upload");
+    let host = |t: &B::Tensor| be.to_host(t).expect("to_host");
+    let mut out = Vec::new();
+    let nw = be
+        .load_weight(weight("norm", GgmlType::F32, 1, cols, norm))
+        .expect("norm");
+    let hw = be
+        .load_weight(weight(
+            "qnorm",
+            GgmlType::F32,
+            1,
+            head_dim,
+            &norm[..head_dim],
+        ))
+        .expect("norm");
+    let mut x = up(a);
+    be.rms_norm(&mut x, &nw, cols, 1e-6).expect("rms_norm");
+    out.push(("rms_norm".into(), host(&x)));
+    let mut x = up(a);
+    be.rms_norm(&mut x, &hw, head_dim, 1e-6).expect("rms_norm");
+    out.push(("rms_norm per head".into(), host(&x)));
+    for (kind, n_rot, factors) in [
+        (RopeKind::Normal, 32, vec![]),
+        (RopeKind::Neox, 32, vec![]),
+        (
+            RopeKind::Neox,
+            16,
+            vec![1.0, 2.0, 4.0, 8.0, 1.5, 1.0, 3.0, 1.0],
+        ),
+    ] {
+        let spec = RopeSpec {
+            kind,
+            n_rot,
+            freq_base: 10000.0,
+            freq_scale: 0.5,
+            freq_factors: factors,
+        };
+        let mut x = up(a);
+        be.rope(&mut x, &[0, 7, 300], head_dim, &spec)
+            .expect("rope");
+        out.push((format!("rope {kind:?} n_rot {n_rot}"), host(&x)));
+    }
+    let mut x = up(a);
+    be.add(&mut x, &up(b)).expect("add");
+    out.push(("add".into(), host(&x)));
+    let mut x = up(a);
+    be.scale(&mut x, -1.75).expect("scale");
+    out.push(("scale".into(), host(&x)));
+    for act in [Activation::Silu, Activation::GeluTanh] {
+        let mut x = up(&a.iter().map(|v| v * 12.0).collect::<Vec<_>>());
+        be.glu(&mut x, &up(b), act).expect("glu");
+        out.push((format!("glu {act:?}"), host(&x)));
+    }
+    let x = be.gather_rows(&up(a), &[2, 0, 2]).expect("gather_rows");
+    out.push(("gather_rows".into(), host(&x)));
+    let x = be.copy(&up(b)).expect("copy");
+    out.push(("copy".into(), host(&x)));
+    out
+}
+
+#[test]
+fn elementwise_ops() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(3);
+    let (a, b, norm) = (
+        random(&mut rng, 384),
+        random(&mut rng, 384),
+        random(&mut rng, 128),
+    );
+    let want = elementwise_on(&cpu(), &a, &b, &norm);
+    let got = elementwise_on(&g, &a, &b, &norm);
+    let mut failures = Vec::new();
+    for ((name, w), (_, o)) in want.iter().zip(&got) {
+        let e = nmse(w, o);
+        eprintln!("{name:>24}: nmse {e:.2e}");
+        // GELU rounds to f16 on both sides, which may round a value either way when the
+        // two tanh implementations differ in the last bit: one f16 step is ~1e-3 relative.
+        if e > 1e-8 {
+            failures.push(format!("{name}: {e:.2e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Two sequences with scattered block tables, a prompt chunk then one token each, with GQA,
+/// and again with a sliding window and soft-capping.
+fn attention_on<B: Backend>(
+    be: &B,
+    data: &[Vec<f32>],
+    (hd, bs): (usize, usize),
+    window: Option<usize>,
+    softcap: Option<f32>,
+) -> Vec<f32> {
+    let (n_heads, n_kv) = (4, 2);
+    let (q_dim, kv_dim) = (n_heads * hd, n_kv * hd);
+    let mut cache = be
+        .new_kv_cache(&KvSpec {
+            kv_dims: vec![kv_dim],
+            n_blocks: 8,
+            block_size: bs,
+        })
+        .expect("cache");
+    let tables: [Vec<u32>; 2] = [vec![5, 1, 6], vec![2, 7, 0]];
+    let params = AttnParams {
+        n_heads,
+        n_kv_heads: n_kv,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+        window,
+        softcap,
+    };
+    let mut outs = Vec::new();
+    // Step 1: 6 and 5 prompt tokens; step 2: one more token each.
+    for (step, lens, firsts) in [(0, [6, 5], [0, 0]), (1, [1, 1], [6, 5])] {
+        let n: usize = lens.iter().sum();
+        let seqs = [
+            AttnSeq {
+                token_start: 0,
+                n_tokens: lens[0],
+                first_pos: firsts[0],
+                block_table: &tables[0],
+            },
+            AttnSeq {
+                token_start: lens[0],
+                n_tokens: lens[1],
+                first_pos: firsts[1],
+                block_table: &tables[1],
+            },
+        ];
+        let batch = AttnBatch {
+            seqs: &seqs,
+            block_size: bs,
+        };
+        let q = be
+            .upload(&data[3 * step][..n * q_dim], n, q_dim)
+            .expect("q");
+        let k = be
+            .upload(&data[3 * step + 1][..n * kv_dim], n, kv_dim)
+            .expect("k");
+        let v = be
+            .upload(&data[3 * step + 2][..n * kv_dim], n, kv_dim)
+            .expect("v");
+        let mut out = be.alloc(n, q_dim).expect("out");
+        be.attention(&q, &k, &v, &mut cache, 0, &batch, &params, &mut out)
+            .expect("attention");
+        outs.extend(be.to_host(&out).expect("to_host"));
+    }
+    outs
+}
+
+#[test]
+fn paged_attention() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(4);
+    let data: Vec<Vec<f32>> = (0..6)
+        .map(|_| random(&mut rng, 11 * 256).iter().map(|v| v * 3.0).collect())
+        .collect();
+    for (shape, window, softcap) in [
+        ((64, 4), None, None),
+        ((64, 4), Some(3), Some(2.0)),
+        ((32, 32), None, None),
+    ] {
+        let want = attention_on(&cpu(), &data, shape, window, softcap);
+        let got = attention_on(&g, &data, shape, window, softcap);
+        let e = nmse(&want, &got);
+        eprintln!("attention window {window:?} softcap {softcap:?}: nmse {e:.2e}");
+        // Both round queries, keys, values and softmax weights to f16; the sums differ in order.
+        assert!(
+            e < 1e-6,
+            "attention window {window:?} softcap {softcap:?}: nmse {e:.2e}"
+        );
+    }
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let Some(g) = gpu() else { return };
+    let w = weight("tok_embd", GgmlType::Q8_0, 4, 64, &vec![0.1; 256]);
+    let w = g.load_weight(w).expect("load");
+    let mut out = g.alloc(1, 64).expect("alloc");
+    let err = g.embed(&w, &[9], &mut out).unwrap_err().to_string();
+    assert!(err.contains("token 9") && err.contains("tok_embd"), "{err}");
+    let bad = HostWeight {
+        name: "blk.0.ffn_up".into(),
+        ty: GgmlType::Q8_0,
+        rows: 2,
+        cols: 64,
+        data: Arc::new(vec![0u8; 10]),
+    };
+    let err = g.load_weight(bad).err().expect("short weight").to_string();
+    assert!(err.contains("blk.0.ffn_up"), "{err}");
+    let iq = HostWeight {
+        name: "blk.0.attn_q".into(),
+        ty: GgmlType::IQ2_XXS,
+        rows: 2,
+        cols: 256,
+        data: Arc::new(vec![0u8; 2 * 66]),
+    };
+    let err = g
+        .load_weight(iq)
+        .err()
+        .expect("unsupported type")
+        .to_string();
+    assert!(
+        err.contains("blk.0.attn_q") && err.contains("not supported"),
+        "{err}"
+    );
+}

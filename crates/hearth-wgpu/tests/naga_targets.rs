@@ -1,0 +1,72 @@
+//! Every WGSL module of the backend parses, validates, and translates to Metal Shading
+//! Language and to SPIR-V with naga (the translator wgpu uses), subgroup variants included, so
+//! a kernel that would break on Metal fails here although no Mac runs these tests.
+
+use hearth_wgpu::kernels::Module;
+use naga::back::{msl, spv};
+use naga::valid::{Capabilities, ValidationFlags, Validator};
+
+fn validated(m: Module) -> (naga::Module, naga::valid::ModuleInfo) {
+    let src = m.source();
+    let module = naga::front::wgsl::parse_str(&src)
+        .unwrap_or_else(|e| panic!("{m:?}: {}", e.emit_to_string(&src)));
+    // Subgroup kernels need the subgroup capability (and only those kernels ask for it).
+    let caps = if m.uses_subgroups() {
+        Capabilities::SUBGROUP | Capabilities::SHADER_FLOAT16
+    } else {
+        Capabilities::SHADER_FLOAT16
+    };
+    let info = Validator::new(ValidationFlags::all(), caps)
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{m:?}: {}", e.emit_to_string(&src)));
+    (module, info)
+}
+
+#[test]
+fn every_module_translates_to_msl() {
+    let options = msl::Options {
+        // Metal 2.4 (macOS 12): simdgroup reductions and everything the kernels use.
+        lang_version: (2, 4),
+        ..Default::default()
+    };
+    for m in Module::all() {
+        let (module, info) = validated(m);
+        let (text, _) =
+            msl::write_string(&module, &info, &options, &msl::PipelineOptions::default())
+                .unwrap_or_else(|e| panic!("{m:?} to MSL: {e}"));
+        assert!(
+            text.contains("kernel void"),
+            "{m:?}: no compute entry point in the MSL"
+        );
+        if m.uses_subgroups() {
+            assert!(
+                text.contains("simd_sum"),
+                "{m:?}: subgroupAdd did not become simd_sum"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_module_translates_to_spirv() {
+    for m in Module::all() {
+        let (module, info) = validated(m);
+        let words = spv::write_vec(&module, &info, &spv::Options::default(), None)
+            .unwrap_or_else(|e| panic!("{m:?} to SPIR-V: {e}"));
+        assert_eq!(
+            words.first(),
+            Some(&0x0723_0203),
+            "{m:?}: not a SPIR-V module"
+        );
+    }
+}
+
+/// Subgroup kernels really use subgroup operations, and the others do not (they must run on
+/// an adapter without them).
+#[test]
+fn subgroup_use_is_declared() {
+    for m in Module::all() {
+        let uses = m.source().contains("subgroupAdd");
+        assert_eq!(uses, m.uses_subgroups(), "{m:?}");
+    }
+}
