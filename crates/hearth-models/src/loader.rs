@@ -66,6 +66,7 @@ impl TensorSource for Arc<GgufFile> {
                 file: self.clone(),
                 index,
             }),
+            mlx: None,
         })
     }
 

@@ -52,7 +52,10 @@ impl MlxSpec {
                 self.group_size
             ));
         }
-        if !matches!(self.scale_ty, GgmlType::F16 | GgmlType::BF16 | GgmlType::F32) {
+        if !matches!(
+            self.scale_ty,
+            GgmlType::F16 | GgmlType::BF16 | GgmlType::F32
+        ) {
             return Err(format!(
                 "MLX scales of type {} are not supported (F16, BF16, F32)",
                 self.scale_ty
@@ -116,7 +119,11 @@ impl<'a> MlxMatrix<'a> {
                 ))
             }
         };
-        want("packed weights", rows * spec.packed_row_bytes(cols), packed.len())?;
+        want(
+            "packed weights",
+            rows * spec.packed_row_bytes(cols),
+            packed.len(),
+        )?;
         let per_row = cols / spec.group_size * spec.scale_bytes();
         want("scales", rows * per_row, scales.len())?;
         want("biases", rows * per_row, biases.len())?;
@@ -219,13 +226,7 @@ fn group_dot<const BITS: usize>(words: &[u8], x: &[f32]) -> f32 {
 
 /// `dot(W[r, :], x)` for rows `r0..r0 + out.len()`; `xsum` holds `Σ x` per group.
 #[inline(always)]
-fn rows_dot<const BITS: usize>(
-    w: &MlxMatrix,
-    r0: usize,
-    x: &[f32],
-    xsum: &[f32],
-    out: &mut [f32],
-) {
+fn rows_dot<const BITS: usize>(w: &MlxMatrix, r0: usize, x: &[f32], xsum: &[f32], out: &mut [f32]) {
     let gs = w.spec.group_size;
     let gbytes = gs * BITS / 8;
     for (k, o) in out.iter_mut().enumerate() {

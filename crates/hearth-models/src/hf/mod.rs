@@ -5,6 +5,7 @@
 //! [`HfTensors`] maps those to the HF module names.
 
 pub mod config;
+pub mod mlx;
 mod rope;
 pub mod safetensors;
 
@@ -51,6 +52,7 @@ impl HfCheckpoint {
         let config = config_fn(&cfg)?;
         let tied = cfg.bool("tie_word_embeddings", false)?;
         let (eos_ids, bos_id) = generation_ids(dir, &cfg)?;
+        let quant = mlx::MlxQuantization::from_config(&cfg)?;
         let folder = Arc::new(SafetensorsFolder::open(dir)?);
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -58,7 +60,11 @@ impl HfCheckpoint {
             config,
             eos_ids,
             bos_id,
-            tensors: Arc::new(HfTensors { folder, tied }),
+            tensors: Arc::new(HfTensors {
+                folder,
+                tied,
+                quant,
+            }),
         })
     }
 }
@@ -86,6 +92,8 @@ pub struct HfTensors {
     pub folder: Arc<SafetensorsFolder>,
     /// `tie_word_embeddings`: the output projection is the embedding table.
     pub tied: bool,
+    /// The MLX `quantization` block, for checkpoints with quantized layers.
+    pub quant: Option<mlx::MlxQuantization>,
 }
 
 /// The HF name of a tensor the decoder asks for by its GGUF name.
@@ -125,6 +133,10 @@ fn hf_name(gguf: &str) -> Option<String> {
 impl TensorSource for HfTensors {
     fn host(&self, name: &str, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
         let hf = hf_name(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        if let Some(w) = mlx::quantized_weight(&self.folder, self.quant.as_ref(), &hf, rows, cols)?
+        {
+            return Ok(w);
+        }
         let entry = self
             .folder
             .get(&hf)
@@ -169,6 +181,7 @@ impl TensorSource for HfTensors {
             rows,
             cols,
             data,
+            mlx: None,
         })
     }
 
