@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod convert;
 pub mod quantize;
 pub mod run;
 pub mod serve;

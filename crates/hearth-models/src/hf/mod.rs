@@ -5,6 +5,8 @@
 //! [`HfTensors`] maps those to the HF module names.
 
 pub mod config;
+pub mod convert;
+mod gguf_vocab;
 pub mod mlx;
 mod rope;
 pub mod safetensors;
