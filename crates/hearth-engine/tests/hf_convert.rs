@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use common::{argmax, open_engine, read_json, repo_root};
 use hearth_engine::Sequence;
@@ -46,7 +46,7 @@ struct Greedy {
 }
 
 /// Largest |hearth − transformers| over the last logits, and the greedy comparison.
-fn compare(name: &str, gguf: &PathBuf, bound: f32) -> (f32, Vec<Greedy>) {
+fn compare(name: &str, gguf: &Path, bound: f32) -> (f32, Vec<Greedy>) {
     let r: Reference = read_json(
         &repo_root()
             .join("tests/fixtures")
