@@ -11,7 +11,7 @@ mod spec;
 mod weight;
 
 pub use spec::{Activation, AttnBatch, AttnParams, AttnSeq, KvSpec, RopeKind, RopeSpec};
-pub use weight::{ByteSource, HostWeight};
+pub use weight::{ByteSource, HostWeight, MlxGroups};
 
 /// An error from a backend operation or from preparing data for one.
 #[derive(Debug, thiserror::Error)]

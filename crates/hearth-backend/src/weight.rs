@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use hearth_quant::GgmlType;
+use hearth_quant::{GgmlType, MlxSpec};
 
 /// Something that owns the bytes of a tensor (a memory-mapped file, a buffer).
 ///
@@ -27,14 +27,53 @@ pub struct HostWeight {
     pub rows: usize,
     pub cols: usize,
     pub data: Arc<dyn ByteSource>,
+    /// Set when the weight is MLX affine-quantized: `data` then holds the packed u32 words and
+    /// `ty` is [`GgmlType::I32`] (what those words are); the groups' scales and biases live here.
+    pub mlx: Option<MlxGroups>,
+}
+
+/// Scales and biases of an MLX affine-quantized weight (see [`hearth_quant::MlxMatrix`]).
+#[derive(Clone)]
+pub struct MlxGroups {
+    pub spec: MlxSpec,
+    /// `[rows, cols / group_size]` of `spec.scale_ty`.
+    pub scales: Arc<dyn ByteSource>,
+    /// Same shape and type as `scales`.
+    pub biases: Arc<dyn ByteSource>,
+}
+
+impl MlxGroups {
+    /// The matrix view of weight bytes `packed` with these groups.
+    pub fn matrix<'a>(
+        &'a self,
+        packed: &'a [u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<hearth_quant::MlxMatrix<'a>, String> {
+        hearth_quant::MlxMatrix::new(
+            self.spec,
+            packed,
+            self.scales.bytes(),
+            self.biases.bytes(),
+            rows,
+            cols,
+        )
+    }
 }
 
 impl std::fmt::Debug for HostWeight {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} {} [{}, {}]",
-            self.name, self.ty, self.rows, self.cols
-        )
+        match &self.mlx {
+            Some(m) => write!(
+                f,
+                "{} MLX {}-bit g{} [{}, {}]",
+                self.name, m.spec.bits, m.spec.group_size, self.rows, self.cols
+            ),
+            None => write!(
+                f,
+                "{} {} [{}, {}]",
+                self.name, self.ty, self.rows, self.cols
+            ),
+        }
     }
 }

@@ -29,6 +29,8 @@ enum Command {
     Serve(cmd::serve::ServeArgs),
     /// Quantize a GGUF model with one of llama.cpp's presets (Q4_K_M, Q8_0, ...)
     Quantize(cmd::quantize::QuantizeArgs),
+    /// Convert a Hugging Face model folder to GGUF (f16, bf16, q8_0)
+    Convert(cmd::convert::ConvertArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Quantize(a) => cmd::quantize::run(a),
+        Command::Convert(a) => cmd::convert::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

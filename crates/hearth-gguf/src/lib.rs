@@ -32,7 +32,7 @@ pub use metadata::Metadata;
 pub use parse::{DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_METADATA_ELEMENTS};
 pub use tensor::TensorInfo;
 pub use value::Value;
-pub use writer::GgufWriter;
+pub use writer::{GgufStream, GgufWriter, StreamedTensor};
 
 /// The metadata key that sets the data alignment.
 pub const ALIGNMENT_KEY: &str = "general.alignment";

@@ -4,6 +4,7 @@
 //! write converted models. Tensors are laid out in the order they were added, each at the next
 //! multiple of the alignment, with zero padding.
 
+use std::io::Write;
 use std::path::Path;
 
 use hearth_quant::GgmlType;
@@ -100,12 +101,15 @@ impl GgufWriter {
         Ok(())
     }
 
-    /// The serialized file.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// The header: metadata, then `(name, dims, type, bytes)` of each tensor, padded.
+    fn header<'a>(
+        &self,
+        tensors: impl ExactSizeIterator<Item = (&'a str, &'a [u64], GgmlType, u64)>,
+    ) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(b"GGUF");
         put_u32(&mut out, WRITE_VERSION);
-        put_u64(&mut out, self.tensors.len() as u64);
+        put_u64(&mut out, tensors.len() as u64);
         put_u64(&mut out, self.metadata.len() as u64);
         for (key, value) in self.metadata.iter() {
             put_str(&mut out, key);
@@ -113,17 +117,30 @@ impl GgufWriter {
             put_value(&mut out, value);
         }
         let mut offset = 0u64;
-        for t in &self.tensors {
-            put_str(&mut out, &t.name);
-            put_u32(&mut out, t.dims.len() as u32);
-            for &d in &t.dims {
+        for (name, dims, ty, n_bytes) in tensors {
+            put_str(&mut out, name);
+            put_u32(&mut out, dims.len() as u32);
+            for &d in dims {
                 put_u64(&mut out, d);
             }
-            put_u32(&mut out, t.ty.id());
+            put_u32(&mut out, ty.id());
             put_u64(&mut out, offset);
-            offset = (offset + t.data.len() as u64).next_multiple_of(self.alignment);
+            offset = (offset + n_bytes).next_multiple_of(self.alignment);
         }
         pad_to(&mut out, self.alignment);
+        out
+    }
+
+    /// The serialized file.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = self.header(self.tensors.iter().map(|t| {
+            (
+                t.name.as_str(),
+                t.dims.as_slice(),
+                t.ty,
+                t.data.len() as u64,
+            )
+        }));
         for t in &self.tensors {
             out.extend_from_slice(&t.data);
             pad_to(&mut out, self.alignment);
@@ -136,6 +153,127 @@ impl GgufWriter {
         let path = path.as_ref();
         std::fs::write(path, self.to_bytes()).map_err(|source| GgufError::Io {
             path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+/// A tensor announced in a streamed file's header: its data follows later.
+#[derive(Clone, Debug)]
+pub struct StreamedTensor {
+    pub name: String,
+    /// GGML order: `dims[0]` is the row length.
+    pub dims: Vec<u64>,
+    pub ty: GgmlType,
+}
+
+impl GgufWriter {
+    /// Writes the metadata and the headers of `tensors` (added with [`Self::add_tensor`]
+    /// tensors are not allowed here) to `path`; their data then goes in one at a time through
+    /// [`GgufStream::write_tensor`], so a converter never holds the whole model.
+    pub fn start_stream(
+        &self,
+        path: impl AsRef<Path>,
+        tensors: &[StreamedTensor],
+    ) -> Result<GgufStream, GgufError> {
+        let path = path.as_ref().to_path_buf();
+        if !self.tensors.is_empty() {
+            return Err(GgufError::Invalid(
+                "a streamed file takes its tensors from start_stream only".into(),
+            ));
+        }
+        let mut sizes = Vec::with_capacity(tensors.len());
+        for (i, t) in tensors.iter().enumerate() {
+            let invalid = |msg: String| GgufError::Invalid(format!("tensor '{}': {msg}", t.name));
+            if t.dims.is_empty() || t.dims.len() > MAX_DIMS as usize || t.dims.contains(&0) {
+                return Err(invalid(format!(
+                    "dims {:?} must be 1 to {MAX_DIMS} nonzero sizes",
+                    t.dims
+                )));
+            }
+            sizes.push(tensor_size(&t.dims, t.ty).map_err(invalid)?);
+            if tensors[..i].iter().any(|u| u.name == t.name) {
+                return Err(GgufError::Invalid(format!(
+                    "duplicate tensor name '{}'",
+                    t.name
+                )));
+            }
+        }
+        let header = self.header(
+            tensors
+                .iter()
+                .zip(&sizes)
+                .map(|(t, &n)| (t.name.as_str(), t.dims.as_slice(), t.ty, n)),
+        );
+        let io = |source| GgufError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io)?);
+        file.write_all(&header).map_err(io)?;
+        Ok(GgufStream {
+            file,
+            path,
+            alignment: self.alignment,
+            names: tensors.iter().map(|t| t.name.clone()).collect(),
+            sizes,
+            next: 0,
+        })
+    }
+}
+
+/// A GGUF file being written tensor by tensor, in the order its header lists them.
+pub struct GgufStream {
+    file: std::io::BufWriter<std::fs::File>,
+    path: std::path::PathBuf,
+    alignment: u64,
+    names: Vec<String>,
+    sizes: Vec<u64>,
+    next: usize,
+}
+
+impl GgufStream {
+    /// The name of the tensor the next [`Self::write_tensor`] call writes.
+    pub fn next_name(&self) -> Option<&str> {
+        self.names.get(self.next).map(String::as_str)
+    }
+
+    /// Writes the data of the next tensor (exactly the size its header announced) and pads.
+    pub fn write_tensor(&mut self, data: &[u8]) -> Result<(), GgufError> {
+        let Some(&size) = self.sizes.get(self.next) else {
+            return Err(GgufError::Invalid(
+                "more tensors written than announced".into(),
+            ));
+        };
+        if data.len() as u64 != size {
+            return Err(GgufError::Invalid(format!(
+                "tensor '{}': {} data bytes given, its header announced {size}",
+                self.names[self.next],
+                data.len()
+            )));
+        }
+        let pad = (size.next_multiple_of(self.alignment) - size) as usize;
+        let io = |source| GgufError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        self.file.write_all(data).map_err(io)?;
+        self.file.write_all(&vec![0u8; pad]).map_err(io)?;
+        self.next += 1;
+        Ok(())
+    }
+
+    /// Flushes the file after checking every announced tensor was written.
+    pub fn finish(mut self) -> Result<(), GgufError> {
+        if self.next != self.sizes.len() {
+            return Err(GgufError::Invalid(format!(
+                "{} of {} tensors written",
+                self.next,
+                self.sizes.len()
+            )));
+        }
+        self.file.flush().map_err(|source| GgufError::Io {
+            path: self.path.clone(),
             source,
         })
     }
@@ -256,5 +394,46 @@ mod tests {
         assert!(w.add_tensor("t", &[1], GgmlType::F32, &[0; 4]).is_err());
         w.add_kv("k", Value::U8(1)).unwrap();
         assert!(w.add_kv("k", Value::U8(1)).is_err());
+    }
+
+    #[test]
+    fn a_streamed_file_equals_the_one_built_in_memory() {
+        let dir = std::env::temp_dir().join(format!("hearth-gguf-stream-{}", std::process::id()));
+        let mut mem = GgufWriter::new();
+        let mut streamed = GgufWriter::new();
+        for w in [&mut mem, &mut streamed] {
+            w.add_kv("a", Value::String("x".into())).unwrap();
+        }
+        let tensors = [
+            (
+                StreamedTensor {
+                    name: "t".into(),
+                    dims: vec![3],
+                    ty: GgmlType::F32,
+                },
+                vec![1u8; 12],
+            ),
+            (
+                StreamedTensor {
+                    name: "u".into(),
+                    dims: vec![32, 2],
+                    ty: GgmlType::Q8_0,
+                },
+                vec![2u8; 68],
+            ),
+        ];
+        for (t, d) in &tensors {
+            mem.add_tensor(&t.name, &t.dims, t.ty, d).unwrap();
+        }
+        let heads: Vec<StreamedTensor> = tensors.iter().map(|(t, _)| t.clone()).collect();
+        let mut s = streamed.start_stream(&dir, &heads).unwrap();
+        assert!(s.write_tensor(&[0; 11]).is_err());
+        for (_, d) in &tensors {
+            s.write_tensor(d).unwrap();
+        }
+        s.finish().unwrap();
+        let bytes = std::fs::read(&dir).unwrap();
+        let _ = std::fs::remove_file(&dir);
+        assert_eq!(bytes, mem.to_bytes());
     }
 }

@@ -109,6 +109,7 @@ impl TensorSource for Arc<GgufFile> {
                 index,
                 range: None,
             }),
+            mlx: None,
         })
     }
 
@@ -162,6 +163,7 @@ impl TensorSource for Arc<GgufFile> {
                 index,
                 range: Some(expert * size..(expert + 1) * size),
             }),
+            mlx: None,
         })
     }
 }
@@ -236,6 +238,11 @@ impl<'b, B: Backend> TensorLoader<'b, B> {
             name: name.to_string(),
             reason,
         };
+        if w.mlx.is_some() {
+            return Err(bad(
+                "a fused MLX-quantized matrix cannot be split yet; not supported".into(),
+            ));
+        }
         if rows.end > n_rows || rows.is_empty() || !cols.is_multiple_of(w.ty.block_size()) {
             return Err(bad(format!(
                 "cannot take rows {rows:?} of [{n_rows}, {cols}]"
@@ -252,6 +259,7 @@ impl<'b, B: Backend> TensorLoader<'b, B> {
                 start: rows.start * row_bytes,
                 len: rows.len() * row_bytes,
             }),
+            mlx: None,
         };
         Ok(self.backend.load_weight(part)?)
     }

@@ -7,6 +7,7 @@
 //!   and per-tensor type mixes of llama.cpp's `llama-quantize`.
 //! - [`vec_dot`]: one weight row · one activation row, with AVX2 / AVX-512 VNNI kernels picked
 //!   at run time and scalar references ([`dot::scalar`]) everywhere else.
+//! - [`mlx_matmul`]: MLX affine group-quantized weights (4/8 bits), kept packed.
 //! - [`matmul`]: the engine's entry point, quantizing activations once and splitting rows over
 //!   the current rayon pool.
 
@@ -17,6 +18,7 @@ pub mod dot;
 mod error;
 mod f16_conv;
 mod matmul;
+mod mlx;
 mod quantize;
 mod quantize_act;
 #[cfg(target_arch = "x86_64")]
@@ -29,6 +31,7 @@ pub use dot::{vec_dot, vec_dot_reference, vec_dot_type};
 pub use error::QuantError;
 pub use f16_conv::{f16_to_f32_slice, f32_to_f16_slice};
 pub use matmul::{dequantize_rows, matmul, matmul_activation_type, supports_matmul, WeightMatrix};
+pub use mlx::{mlx_matmul, MlxMatrix, MlxSpec};
 pub use quantize::{
     choose_types, convert_tensor, convert_tensors, is_quantizable, llama_tensor_order,
     quantize_row, supports_quantize, MixError, ModelShape, Preset, TensorJob, TensorSpec,

@@ -329,6 +329,13 @@ impl Backend for WgpuBackend {
     }
 
     fn load_weight(&self, w: HostWeight) -> Result<WgpuWeight, BackendError> {
+        if w.mlx.is_some() {
+            return Err(BackendError::Unsupported(format!(
+                "tensor '{}': MLX affine-quantized weights are not supported by the wgpu \
+                 backend yet (use --device cpu)",
+                w.name
+            )));
+        }
         let bytes = w.data.bytes();
         if w.rows == 1 {
             // Vectors (norm weights) are read as f32 by the element-wise kernels.

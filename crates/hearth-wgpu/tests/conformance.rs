@@ -64,6 +64,7 @@ fn weight(name: &str, ty: GgmlType, rows: usize, cols: usize, vals: &[f32]) -> H
         rows,
         cols,
         data: Arc::new(bytes),
+        mlx: None,
     }
 }
 
@@ -355,6 +356,7 @@ fn bad_inputs_are_errors() {
         rows: 2,
         cols: 64,
         data: Arc::new(vec![0u8; 10]),
+        mlx: None,
     };
     let err = g.load_weight(bad).err().expect("short weight").to_string();
     assert!(err.contains("blk.0.ffn_up"), "{err}");
@@ -364,6 +366,7 @@ fn bad_inputs_are_errors() {
         rows: 2,
         cols: 256,
         data: Arc::new(vec![0u8; 2 * 66]),
+        mlx: None,
     };
     let err = g
         .load_weight(iq)

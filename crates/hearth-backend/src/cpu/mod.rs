@@ -12,7 +12,7 @@ use hearth_quant::{GgmlType, WeightMatrix};
 
 use crate::{
     Activation, AttnBatch, AttnParams, Backend, BackendError, ByteSource, HostWeight, KvSpec,
-    RopeSpec,
+    MlxGroups, RopeSpec,
 };
 
 /// A dense row-major f32 matrix.
@@ -38,6 +38,8 @@ pub struct CpuWeight {
     data: Arc<dyn ByteSource>,
     /// Norm vectors and other small tensors are dequantized once at load.
     dense: Option<Vec<f32>>,
+    /// MLX affine groups: `data` is then the packed words, used as they are.
+    mlx: Option<MlxGroups>,
 }
 
 impl CpuWeight {
@@ -48,6 +50,18 @@ impl CpuWeight {
                 reason: e.to_string(),
             }
         })
+    }
+
+    fn mlx_matrix<'a>(
+        &'a self,
+        groups: &'a MlxGroups,
+    ) -> Result<hearth_quant::MlxMatrix<'a>, BackendError> {
+        groups
+            .matrix(self.data.bytes(), self.rows, self.cols)
+            .map_err(|reason| BackendError::BadWeight {
+                name: self.name.clone(),
+                reason,
+            })
     }
 
     fn dense(&self) -> &[f32] {
@@ -109,6 +123,19 @@ impl Backend for CpuBackend {
             name: w.name.clone(),
             reason,
         };
+        if let Some(groups) = &w.mlx {
+            // Checks bits, group size and every length once, here.
+            groups.matrix(w.data.bytes(), w.rows, w.cols).map_err(bad)?;
+            return Ok(CpuWeight {
+                name: w.name,
+                ty: w.ty,
+                rows: w.rows,
+                cols: w.cols,
+                data: w.data,
+                dense: None,
+                mlx: w.mlx,
+            });
+        }
         let expected =
             w.ty.bytes_for(w.cols as u64)
                 .and_then(|b| b.checked_mul(w.rows as u64))
@@ -145,6 +172,7 @@ impl Backend for CpuBackend {
             cols: w.cols,
             data: w.data,
             dense,
+            mlx: None,
         })
     }
 
@@ -217,15 +245,26 @@ impl Backend for CpuBackend {
         tokens: &[u32],
         out: &mut CpuTensor,
     ) -> Result<(), BackendError> {
-        let m = table.matrix()?;
         assert_eq!((out.rows, out.cols), (tokens.len(), table.cols));
-        for (i, &t) in tokens.iter().enumerate() {
-            if t as usize >= table.rows {
-                return Err(BackendError::BadWeight {
-                    name: table.name.clone(),
-                    reason: format!("token id {t} is outside the vocabulary of {}", table.rows),
-                });
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= table.rows) {
+            return Err(BackendError::BadWeight {
+                name: table.name.clone(),
+                reason: format!("token id {t} is outside the vocabulary of {}", table.rows),
+            });
+        }
+        if let Some(groups) = &table.mlx {
+            let m = table.mlx_matrix(groups)?;
+            for (&t, o) in tokens.iter().zip(out.data.chunks_exact_mut(table.cols)) {
+                m.dequantize_row(t as usize, o)
+                    .map_err(|reason| BackendError::BadWeight {
+                        name: table.name.clone(),
+                        reason,
+                    })?;
             }
+            return Ok(());
+        }
+        let m = table.matrix()?;
+        for (i, &t) in tokens.iter().enumerate() {
             hearth_quant::dequantize_rows(
                 &m,
                 t as usize,
@@ -248,6 +287,15 @@ impl Backend for CpuBackend {
             "matmul {}: output shape",
             w.name
         );
+        if let Some(groups) = &w.mlx {
+            let m = w.mlx_matrix(groups)?;
+            return hearth_quant::mlx_matmul(&m, &x.data, x.rows, &mut out.data).map_err(
+                |reason| BackendError::BadWeight {
+                    name: w.name.clone(),
+                    reason,
+                },
+            );
+        }
         hearth_quant::matmul(&w.matrix()?, &x.data, x.rows, &mut out.data)?;
         Ok(())
     }

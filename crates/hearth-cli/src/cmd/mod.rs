@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod convert;
 pub mod embed;
 pub mod quantize;
 pub mod run;

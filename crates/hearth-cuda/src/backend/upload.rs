@@ -13,6 +13,13 @@ impl CudaBackend {
             name: w.name.clone(),
             reason,
         };
+        if let Some(groups) = &w.mlx {
+            return Err(BackendError::Unsupported(format!(
+                "tensor '{}': MLX affine-quantized weights ({}-bit, groups of {}) are not \
+                 supported by the CUDA backend yet",
+                w.name, groups.spec.bits, groups.spec.group_size
+            )));
+        }
         let expected =
             w.ty.bytes_for(w.cols as u64)
                 .and_then(|b| b.checked_mul(w.rows as u64))

@@ -5,6 +5,9 @@
 //! [`HfTensors`] maps those to the HF module names.
 
 pub mod config;
+pub mod convert;
+mod gguf_vocab;
+pub mod mlx;
 mod rope;
 pub mod safetensors;
 
@@ -51,6 +54,7 @@ impl HfCheckpoint {
         let config = config_fn(&cfg)?;
         let tied = cfg.bool("tie_word_embeddings", false)?;
         let (eos_ids, bos_id) = generation_ids(dir, &cfg)?;
+        let quant = mlx::MlxQuantization::from_config(&cfg)?;
         let folder = Arc::new(SafetensorsFolder::open(dir)?);
         // NOTE: HF Gemma checkpoints store w and scale by (1 + w); llama.cpp's converter stores
         // 1 + w, which is what the decoder's RMS norm multiplies by.
@@ -72,6 +76,7 @@ impl HfCheckpoint {
                 norm_offset,
                 post_norms,
                 fused,
+                quant,
             }),
         })
     }
@@ -106,6 +111,8 @@ pub struct HfTensors {
     pub post_norms: bool,
     /// Phi 3 naming: `qkv_proj` and `gate_up_proj` hold fused matrices.
     pub fused: bool,
+    /// The MLX `quantization` block, for checkpoints with quantized layers.
+    pub quant: Option<mlx::MlxQuantization>,
 }
 
 /// The HF name of a tensor the decoder asks for by its GGUF name.
@@ -232,6 +239,10 @@ impl TensorSource for HfTensors {
 impl HfTensors {
     /// The HF tensor `hf`, checked to be `[rows, cols]`.
     fn weight(&self, hf: String, rows: usize, cols: usize) -> Result<HostWeight, ModelError> {
+        if let Some(w) = mlx::quantized_weight(&self.folder, self.quant.as_ref(), &hf, rows, cols)?
+        {
+            return Ok(w);
+        }
         let w = host_weight(&self.folder, &hf, rows, cols)?;
         if self.norm_offset != 0.0 && hf.ends_with("norm.weight") {
             return offset_norm(w, self.norm_offset);
@@ -291,6 +302,7 @@ pub fn host_weight(
         rows,
         cols,
         data,
+        mlx: None,
     })
 }
 
@@ -310,6 +322,7 @@ fn offset_norm(w: HostWeight, offset: f32) -> Result<HostWeight, ModelError> {
         rows: w.rows,
         cols: w.cols,
         data: Arc::new(AlignedBytes::copy_of(bytemuck::cast_slice(&values))),
+        mlx: None,
     })
 }
 

@@ -1,0 +1,203 @@
+//! `tokenizer.ggml.*` keys from a folder's `tokenizer.json`, `tokenizer_config.json` and chat
+//! template, as llama.cpp's converter writes them for byte-level BPE tokenizers.
+
+use std::path::Path;
+
+use hearth_gguf::{GgufWriter, Value};
+use serde_json::{Map, Value as Json};
+
+use super::config::HfConfig;
+use super::HfCheckpoint;
+use crate::ModelError;
+
+/// llama.cpp's token types.
+const NORMAL: i32 = 1;
+const CONTROL: i32 = 3;
+const USER_DEFINED: i32 = 4;
+const UNUSED: i32 = 5;
+
+fn read_object(path: &Path) -> Result<Map<String, Json>, ModelError> {
+    let bad = |reason: String| ModelError::BadFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    match serde_json::from_str(&text).map_err(|e| bad(e.to_string()))? {
+        Json::Object(o) => Ok(o),
+        _ => Err(bad("is not a JSON object".into())),
+    }
+}
+
+/// Adds the tokenizer of folder `dir` to `w`, with pre-tokenizer name `pre`.
+pub fn add_tokenizer(
+    w: &mut GgufWriter,
+    dir: &Path,
+    ck: &HfCheckpoint,
+    pre: &str,
+) -> Result<(), ModelError> {
+    let path = dir.join("tokenizer.json");
+    let tj = HfConfig::from_json(&path, read_object(&path)?);
+    let model = tj
+        .get("model")
+        .and_then(Json::as_object)
+        .ok_or_else(|| tj.error("model", "is missing or not an object"))?;
+    if model.get("type").and_then(Json::as_str) != Some("BPE") {
+        return Err(tj.error(
+            "model.type",
+            "is not \"BPE\": only byte-level BPE tokenizers can be converted yet",
+        ));
+    }
+    let (tokens, types) = vocab(&tj, model, ck.config.n_vocab)?;
+    let merges = merges(&tj, model)?;
+    let id_of = |s: &str| tokens.iter().position(|t| t == s).map(|i| i as u32);
+    let config_path = dir.join("tokenizer_config.json");
+    let tc = if config_path.is_file() {
+        read_object(&config_path)?
+    } else {
+        Map::new()
+    };
+    // A special token named in tokenizer_config.json (a string or {"content": ...}).
+    let named = |key: &str| {
+        let v = tc.get(key)?;
+        let s = v
+            .as_str()
+            .or_else(|| v.get("content").and_then(Json::as_str))?;
+        id_of(s)
+    };
+    let ids = [
+        (
+            "tokenizer.ggml.bos_token_id",
+            named("bos_token").or(ck.bos_id),
+        ),
+        (
+            "tokenizer.ggml.eos_token_id",
+            named("eos_token").or(ck.eos_ids.first().copied()),
+        ),
+        ("tokenizer.ggml.padding_token_id", named("pad_token")),
+    ];
+    let mut kv = vec![
+        ("tokenizer.ggml.model", Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre", Value::String(pre.into())),
+        (
+            "tokenizer.ggml.tokens",
+            Value::Array(tokens.into_iter().map(Value::String).collect()),
+        ),
+        (
+            "tokenizer.ggml.token_type",
+            Value::Array(types.into_iter().map(Value::I32).collect()),
+        ),
+        (
+            "tokenizer.ggml.merges",
+            Value::Array(merges.into_iter().map(Value::String).collect()),
+        ),
+    ];
+    for (key, id) in ids {
+        if let Some(id) = id {
+            kv.push((key, Value::U32(id)));
+        }
+    }
+    if let Some(add_bos) = add_bos(&tc, &tj) {
+        kv.push(("tokenizer.ggml.add_bos_token", Value::Bool(add_bos)));
+    }
+    if let Some(t) = chat_template(dir, &tc)? {
+        kv.push(("tokenizer.chat_template", Value::String(t)));
+    }
+    for (k, v) in kv {
+        w.add_kv(k, v)?;
+    }
+    Ok(())
+}
+
+/// Token strings and types by id, `n_vocab` of them (holes become unused `[PADi]` tokens).
+fn vocab(
+    tj: &HfConfig,
+    model: &Map<String, Json>,
+    n_vocab: usize,
+) -> Result<(Vec<String>, Vec<i32>), ModelError> {
+    let mut tokens: Vec<Option<(String, i32)>> = vec![None; n_vocab];
+    let mut put = |id: Option<u64>, text: &str, ty: i32, key: &str| -> Result<(), ModelError> {
+        match id.map(|i| i as usize).filter(|&i| i < n_vocab) {
+            Some(i) => {
+                tokens[i] = Some((text.to_string(), ty));
+                Ok(())
+            }
+            None => Err(tj.error(
+                key,
+                format!("token {text:?} has id {id:?}, outside vocab_size {n_vocab}"),
+            )),
+        }
+    };
+    let vocab = model
+        .get("vocab")
+        .and_then(Json::as_object)
+        .ok_or_else(|| tj.error("model.vocab", "is missing or not an object"))?;
+    for (text, id) in vocab {
+        put(id.as_u64(), text, NORMAL, "model.vocab")?;
+    }
+    for t in tj
+        .get("added_tokens")
+        .and_then(Json::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let text = t.get("content").and_then(Json::as_str).unwrap_or_default();
+        let special = t.get("special").and_then(Json::as_bool).unwrap_or(false);
+        let ty = if special { CONTROL } else { USER_DEFINED };
+        put(t.get("id").and_then(Json::as_u64), text, ty, "added_tokens")?;
+    }
+    Ok(tokens
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| t.unwrap_or_else(|| (format!("[PAD{i}]"), UNUSED)))
+        .unzip())
+}
+
+/// Merges as `"left right"` strings (tokenizer.json stores either form).
+fn merges(tj: &HfConfig, model: &Map<String, Json>) -> Result<Vec<String>, ModelError> {
+    let list = model
+        .get("merges")
+        .and_then(Json::as_array)
+        .ok_or_else(|| tj.error("model.merges", "is missing or not a list"))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| match m {
+            Json::String(s) => Ok(s.clone()),
+            Json::Array(pair) => match (pair.first(), pair.get(1), pair.len()) {
+                (Some(Json::String(a)), Some(Json::String(b)), 2) => Ok(format!("{a} {b}")),
+                _ => Err(tj.error(&format!("model.merges[{i}]"), "is not a pair of strings")),
+            },
+            _ => Err(tj.error(&format!("model.merges[{i}]"), "is not a merge")),
+        })
+        .collect()
+}
+
+/// `add_bos_token` from tokenizer_config.json, else whether the post-processor's
+/// single-sequence template starts with a special token; `None` when neither says.
+fn add_bos(tc: &Map<String, Json>, tj: &HfConfig) -> Option<bool> {
+    if let Some(b) = tc.get("add_bos_token").and_then(Json::as_bool) {
+        return Some(b);
+    }
+    let post = tj.get("post_processor")?;
+    if post.get("type").and_then(Json::as_str) != Some("TemplateProcessing") {
+        return None;
+    }
+    let first = post.get("single")?.as_array()?.first()?;
+    Some(first.get("SpecialToken").is_some())
+}
+
+/// `chat_template.jinja`, else tokenizer_config.json's `chat_template` string.
+fn chat_template(dir: &Path, tc: &Map<String, Json>) -> Result<Option<String>, ModelError> {
+    let path = dir.join("chat_template.jinja");
+    if path.is_file() {
+        return std::fs::read_to_string(&path)
+            .map(Some)
+            .map_err(|e| ModelError::BadFile {
+                path,
+                reason: e.to_string(),
+            });
+    }
+    Ok(tc
+        .get("chat_template")
+        .and_then(Json::as_str)
+        .map(str::to_string))
+}
