@@ -31,7 +31,7 @@ for line in sys.stdin:
         name = msg["target"]["name"]
         if "hearth-engine" in pkg:
             # The engine tests that need no downloaded model.
-            if name not in ("cuda_vs_cpu", "hf_folder", "hf_archs", "moe_gguf"):
+            if name not in ("cuda_vs_cpu", "hf_folder", "hf_archs", "moe_gguf", "golden_models"):
                 continue
             dest = ".device-bin/test-engine-" + name
         else:

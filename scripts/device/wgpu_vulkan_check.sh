@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One device call: hearth's wgpu backend through NVIDIA's Vulkan driver, next to its CUDA
+# backend on the same model, from binaries built elsewhere (scripts/device/build_cuda_bins.sh)
+# and carried in .device-bin/.
+#   1. the golden model tests on the tiny Qwen3 f16 fixture with HEARTH_TEST_DEVICE=wgpu;
+#   2. a real-shape synthetic Qwen3-0.6B (synth_gguf.py, carried), quantized by hearth to Q8_0,
+#      benchmarked with `hearth bench --device wgpu` and `--device cuda`.
+# The Vulkan loader is not installed there: carry its Debian packages in .gl/ (see the device
+# notes) and this script unpacks them. Logs go to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bin=$PWD/.device-bin
+out=${OUT:-$(mktemp -d)}
+work=${WORK:-$(mktemp -d)}
+status=0
+
+if ! ldconfig -p | grep -q libvulkan; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f "$icd" ] && export VK_DRIVER_FILES=$icd
+if ! ldconfig -p | grep -q 'libnvrtc\.so'; then
+  lib=$(find /usr/local /usr/lib /opt -name 'libnvrtc.so.1[0-9]*' 2>/dev/null | sort | head -1)
+  [ -n "$lib" ] && export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+export XDG_CACHE_HOME=$work/cache
+
+echo "== golden test on wgpu (tiny Qwen3 f16 fixture)"
+HEARTH_TEST_DEVICE=wgpu HEARTH_REQUIRE_WGPU=1 "$bin/test-engine-golden_models" qwen3_tiny_f16 \
+  --test-threads=1 2>&1 | tee "$out/golden-wgpu.log" | grep -E "^test |test result|panicked" ||
+  status=1
+
+export PYTHONPATH=$work/py
+python3 -c 'import gguf' 2>/dev/null ||
+  python3 -m pip install -q --no-index --find-links "$bin/wheels" --no-deps --target "$work/py" \
+    gguf $(python3 -c 'import yaml' 2>/dev/null || echo pyyaml) >/dev/null
+python3 "$bin/synth_gguf.py" qwen3-0.6b "$work/f16.gguf" >"$out/synth.log" 2>&1 || status=1
+m=$work/qwen3-0.6b-Q8_0.gguf
+"$bin/hearth" quantize "$work/f16.gguf" "$m" Q8_0 >"$out/quantize.log" 2>&1 || status=1
+for device in wgpu cuda; do
+  echo "== hearth bench --device $device"
+  timeout 240 "$bin/hearth" bench "$m" --device "$device" -p 512 -n 128 -r 3 2>&1 |
+    tee "$out/bench-$device.txt" || status=1
+done
+echo "== exit status $status"
+exit $status
