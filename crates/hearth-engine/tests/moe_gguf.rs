@@ -10,7 +10,8 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{argmax, model_path, open_engine, read_json, repo_root};
+use common::hf::{check_f32_model, fixture};
+use common::{argmax, model_path, read_json, repo_root};
 use hearth_engine::{Device, Engine, EngineOptions, Sequence};
 use hearth_gguf::{GgufFile, GgufWriter, Value};
 use serde::Deserialize;
@@ -23,8 +24,6 @@ struct Reference {
 #[derive(Deserialize)]
 struct PromptRef {
     ids: Vec<u32>,
-    #[serde(default)]
-    hidden_norms: Vec<f32>,
     last_logits: Vec<f32>,
     greedy: Vec<u32>,
 }
@@ -54,28 +53,7 @@ fn max_logit_diff(engine: &mut Engine, r: &Reference, what: &str) -> f32 {
 }
 
 fn check_f32_against_transformers(file: &str, folder: &str) {
-    let r: Reference = read_json(
-        &repo_root()
-            .join("tests/fixtures")
-            .join(folder)
-            .join("reference.json"),
-    );
-    let mut engine = open_engine(&model_path(file));
-    for p in &r.prompts {
-        let norms = engine.hidden_norms(&p.ids).expect("traced run");
-        assert_eq!(norms.len(), p.hidden_norms.len(), "{file}: hidden states");
-        for (layer, (a, b)) in norms.iter().zip(&p.hidden_norms).enumerate() {
-            let rel = (a - b).abs() / b.abs().max(1e-6);
-            assert!(
-                rel < 1e-3,
-                "{file}: hidden state {layer} norm {a}, transformers {b}"
-            );
-        }
-    }
-    let diff = max_logit_diff(&mut engine, &r, file);
-    // NOTE: the same bound as the HF folder tests: the f16 KV cache alone moves logits by up
-    // to ~1.5e-3.
-    assert!(diff < 2e-3, "{file}: max |logit diff| {diff}");
+    check_f32_model(&model_path(file), &fixture(folder));
 }
 
 fn check_q8_0_against_llamacpp(file: &str) {
