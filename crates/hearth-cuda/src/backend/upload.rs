@@ -1,6 +1,6 @@
 //! Weights and the KV cache into GPU memory.
 
-use hearth_backend::{BackendError, HostWeight, KvSpec};
+use hearth_backend::{BackendError, HostWeight, KvSpec, KvType};
 use hearth_quant::GgmlType;
 
 use super::memory::device_address;
@@ -67,6 +67,13 @@ impl CudaBackend {
     }
 
     pub(super) fn alloc_kv_cache(&self, spec: &KvSpec) -> Result<CudaKvCache, BackendError> {
+        if spec.dtype != KvType::F16 {
+            return Err(BackendError::Unsupported(format!(
+                "a {} KV cache on CUDA (its attention kernels read f16 keys and values; \
+                 use an f16 cache or the CPU)",
+                spec.dtype
+            )));
+        }
         let n_slots = spec.n_blocks * spec.block_size;
         let stream = self.dev.stream();
         let mut bufs = Vec::new();
@@ -75,7 +82,7 @@ impl CudaBackend {
             let oom = |e| {
                 BackendError::OutOfMemory(format!(
                     "KV cache needs {} MiB: {e:?}",
-                    spec.bytes_f16() >> 20
+                    spec.bytes() >> 20
                 ))
             };
             let k = stream.alloc_zeros::<u16>(n_slots * d).map_err(oom)?;
