@@ -13,12 +13,8 @@ impl CudaBackend {
             name: w.name.clone(),
             reason,
         };
-        if let Some(groups) = &w.mlx {
-            return Err(BackendError::Unsupported(format!(
-                "tensor '{}': MLX affine-quantized weights ({}-bit, groups of {}) are not \
-                 supported by the CUDA backend yet",
-                w.name, groups.spec.bits, groups.spec.group_size
-            )));
+        if w.mlx.is_some() {
+            return self.upload_mlx_weight(w);
         }
         let expected =
             w.ty.bytes_for(w.cols as u64)
@@ -62,6 +58,7 @@ impl CudaBackend {
             rows: w.rows,
             cols: w.cols,
             ptr,
+            mlx: None,
             _buf: buf,
         })
     }
