@@ -397,12 +397,11 @@ impl CudaBackend {
             w.ptr
         } else {
             let a = st.arena.alloc(&stream, w.rows * w.cols * 2, may_grow)?;
-            let groups = w.rows * w.cols / 32;
             self.launch(
                 st,
-                "dequant_to_f16",
-                (groups.div_ceil(256).min(1 << 16) as u32, 1),
-                256,
+                crate::ops::dequant_f16_kernel_name(w.ty),
+                (crate::ops::dequant_blocks(w.rows, w.cols), 1),
+                crate::ops::DEQUANT_THREADS,
                 &[
                     Arg::P(w.ptr),
                     Arg::I(type_code(w.ty)),
