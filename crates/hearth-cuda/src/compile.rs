@@ -103,6 +103,21 @@ mod tests {
         );
     }
 
+    /// The other way round: a kernel the source exports but the host does not load cannot be
+    /// launched ("kernel ... not loaded" at run time).
+    #[test]
+    fn the_host_loads_every_kernel_the_source_exports() {
+        let marker = "extern \"C\" __global__ void ";
+        for (i, _) in KERNEL_SOURCE.match_indices(marker) {
+            let rest = &KERNEL_SOURCE[i + marker.len()..];
+            let name = rest.split('(').next().unwrap_or("").trim();
+            assert!(
+                crate::device::KERNEL_NAMES.contains(&name),
+                "kernel {name} is not in KERNEL_NAMES (device.rs)"
+            );
+        }
+    }
+
     /// NVRTC needs no GPU, so wherever the library loads (with or without a driver) the
     /// kernels must compile for the archs hearth targets.
     #[test]

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 37] = [
+pub(crate) const KERNEL_NAMES: [&str; 41] = [
     "gemv_f16",
     "gemv_q8_0",
     "gemv_q4_0",
@@ -55,6 +55,10 @@ pub(crate) const KERNEL_NAMES: [&str; 37] = [
     "gemv3_q8a_q4_k",
     "gemv3_q8a_q6_k",
     "scatter_add_rows",
+    "dequant_to_f16_typed",
+    "gemv_mlx",
+    "dequant_mlx_to_f16",
+    "embed_mlx_rows",
 ];
 
 /// Bytes of padding after a weight matrix: the GEMV kernels' last 16-byte load of a row may
