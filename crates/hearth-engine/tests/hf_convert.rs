@@ -211,6 +211,10 @@ converts!(phi3, "hf-tiny-phi3");
 // Phi 3 LongRoPE: factor tensors and attention factor.
 converts!(phi3_longrope, "hf-tiny-phi3-longrope");
 
+// Llama rope scalings: linear (keys), YaRN (keys, as llama.cpp; no factor tensor).
+converts!(llama_linear, "hf-tiny-llama-linear");
+converts!(llama_yarn, "hf-tiny-llama-yarn");
+
 /// Metadata key `key` of `file` as text, "absent" when missing.
 fn key(file: &GgufFile, key: &str) -> String {
     file.metadata()
