@@ -356,3 +356,48 @@ fn unconvertible_folders_are_refused_by_name() {
         "{e}"
     );
 }
+
+/// The fixtures the tests above convert.
+const CONVERTED: &[&str] = &[
+    "hf-tiny-llama",
+    "hf-tiny-llama-linear",
+    "hf-tiny-llama-yarn",
+    "hf-tiny-qwen2",
+    "hf-tiny-qwen3",
+    "hf-tiny-mistral",
+    "hf-tiny-mixtral",
+    "hf-tiny-qwen3-moe",
+    "hf-tiny-gemma",
+    "hf-tiny-gemma2",
+    "hf-tiny-gemma3",
+    "hf-tiny-phi3",
+    "hf-tiny-phi3-longrope",
+];
+
+/// Every HF architecture hearth runs has a convert row, and every row a fixture converted
+/// above; adding either without the other fails here.
+#[test]
+fn every_hf_architecture_converts_and_has_a_fixture() {
+    use hearth_models::hf::convert::CONVERT_ARCHS;
+    let arch_of = |name: &str| -> String {
+        let cfg: serde_json::Value = common::read_json(&fixture(name).join("config.json"));
+        cfg["architectures"][0]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let covered: Vec<String> = CONVERTED.iter().map(|n| arch_of(n)).collect();
+    for (hf, _) in hearth_models::registry::HF_ARCHITECTURES {
+        assert!(
+            CONVERT_ARCHS.iter().any(|a| a.hf == *hf),
+            "{hf} runs from HF folders but has no convert row"
+        );
+    }
+    for row in CONVERT_ARCHS {
+        assert!(
+            covered.iter().any(|a| a == row.hf),
+            "convert row {} has no fixture in CONVERTED",
+            row.hf
+        );
+    }
+}
