@@ -94,24 +94,24 @@ def save_tokenizer(tok, out, template, bos, eos, extra):
 
 
 @torch.no_grad()
+def prompt_reference(model, ids):
+    """Last-position logits and hidden-state norms of `ids`, and N_GREEDY greedy tokens (each
+    step runs the whole sequence again, without a cache)."""
+    x = torch.tensor([ids])
+    res = model(x, output_hidden_states=True)
+    logits = res.logits[0, -1].float().tolist()
+    norms = [float(h[0, -1].float().norm()) for h in res.hidden_states]
+    seq = list(ids)
+    for _ in range(N_GREEDY):
+        nxt = int(model(torch.tensor([seq])).logits[0, -1].argmax())
+        seq.append(nxt)
+    return {"ids": ids, "last_logits": logits, "greedy": seq[len(ids):], "hidden_norms": norms}
+
+
+@torch.no_grad()
 def reference(model, fast):
     model.eval()
-    out = {"prompts": []}
-    for ids in PROMPTS:
-        x = torch.tensor([ids])
-        res = model(x, output_hidden_states=True)
-        logits = res.logits[0, -1].float().tolist()
-        norms = [float(h[0, -1].float().norm()) for h in res.hidden_states]
-        seq = list(ids)
-        for _ in range(N_GREEDY):
-            nxt = int(model(torch.tensor([seq])).logits[0, -1].argmax())
-            seq.append(nxt)
-        out["prompts"].append({
-            "ids": ids,
-            "last_logits": logits,
-            "greedy": seq[len(ids):],
-            "hidden_norms": norms,
-        })
+    out = {"prompts": [prompt_reference(model, ids) for ids in PROMPTS]}
     out["strings"] = [{"text": s, "ids": fast.encode(s, add_special_tokens=False)}
                       for s in STRINGS]
     out["chat"] = {

@@ -31,7 +31,8 @@ for line in sys.stdin:
         name = msg["target"]["name"]
         if "hearth-engine" in pkg:
             # The engine tests that need no downloaded model.
-            if name not in ("cuda_vs_cpu", "hf_folder", "hf_archs", "moe_gguf", "golden_models"):
+            if name not in ("cuda_vs_cpu", "hf_folder", "hf_archs", "moe_gguf", "mlx_folder",
+                            "golden_models"):
                 continue
             dest = ".device-bin/test-engine-" + name
         else:

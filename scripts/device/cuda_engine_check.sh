@@ -27,7 +27,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 export XDG_CACHE_HOME=$work/cache
 
 [ "${SKIP_TESTS:-0}" = 1 ] || echo "== engine tests on cuda"
-for t in cuda_vs_cpu hf_folder hf_archs moe_gguf; do
+for t in cuda_vs_cpu hf_folder hf_archs moe_gguf mlx_folder; do
   [ "${SKIP_TESTS:-0}" = 1 ] && break
   HEARTH_TEST_DEVICE=cuda "$bin/test-engine-$t" --test-threads=1 --nocapture \
     >"$out/test-$t.log" 2>&1 || status=1

@@ -10,7 +10,7 @@ pub mod encoder;
 mod spec;
 mod weight;
 
-pub use spec::{Activation, AttnBatch, AttnParams, AttnSeq, KvSpec, RopeKind, RopeSpec};
+pub use spec::{Activation, AttnBatch, AttnParams, AttnSeq, KvSpec, KvType, RopeKind, RopeSpec};
 pub use weight::{ByteSource, HostWeight, MlxGroups};
 
 /// An error from a backend operation or from preparing data for one.

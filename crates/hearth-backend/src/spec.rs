@@ -32,6 +32,56 @@ pub enum Activation {
     GeluTanh,
 }
 
+/// How keys and values are stored in the KV cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvType {
+    /// Half precision, as llama.cpp and Ollama store them by default. Queries and softmax
+    /// weights are rounded to f16 too, as ggml rounds the f32 operand of an f16 product.
+    #[default]
+    F16,
+    /// Full precision: twice the memory, and no rounding anywhere in attention (what
+    /// transformers computes in f32, and llama.cpp with `-ctk f32 -ctv f32`).
+    F32,
+}
+
+impl KvType {
+    /// Bytes one stored value takes.
+    pub fn size(self) -> u64 {
+        match self {
+            KvType::F16 => 2,
+            KvType::F32 => 4,
+        }
+    }
+
+    /// The name users type (`f16`, `f32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F16 => "f16",
+            KvType::F32 => "f32",
+        }
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Ok(KvType::F16),
+            "f32" => Ok(KvType::F32),
+            _ => Err(format!(
+                "'{s}' is not a KV cache type hearth has (f16, f32)"
+            )),
+        }
+    }
+}
+
 /// Shape of the KV cache to allocate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvSpec {
@@ -39,13 +89,19 @@ pub struct KvSpec {
     pub kv_dims: Vec<usize>,
     pub n_blocks: usize,
     pub block_size: usize,
+    /// How each key and value is stored.
+    pub dtype: KvType,
 }
 
 impl KvSpec {
-    /// Bytes this cache takes when stored as f16.
-    pub fn bytes_f16(&self) -> u64 {
+    /// Bytes this cache takes.
+    pub fn bytes(&self) -> u64 {
         let slots = (self.n_blocks * self.block_size) as u64;
-        self.kv_dims.iter().map(|&d| 2 * 2 * slots * d as u64).sum()
+        let per_value = self.dtype.size();
+        self.kv_dims
+            .iter()
+            .map(|&d| 2 * per_value * slots * d as u64)
+            .sum()
     }
 }
 

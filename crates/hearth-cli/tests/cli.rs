@@ -228,6 +228,39 @@ fn bad_flags_are_named() {
     );
 }
 
+/// `--kv-type`: an unknown type is named; f32 runs (the same greedy start as llama.cpp's f16
+/// cache gives, " Paris.\n", is far from a near-tie).
+#[test]
+fn kv_type_flag() {
+    let m = smollm2();
+    let out = hearth(&["run", s(&m), "--kv-type", "q4_0", "hi"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("'q4_0' is not a KV cache type"),
+        "{err}"
+    );
+    let out = hearth(&[
+        "run",
+        s(&m),
+        "--raw",
+        "--kv-type",
+        "f32",
+        "--device",
+        "cpu",
+        "--temp",
+        "0",
+        "-n",
+        "3",
+        "The capital of France is",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), " Paris.\n");
+}
+
 #[test]
 fn tokenize_prints_ids_on_one_line() {
     let out = hearth(&["tokenize", s(&smollm2()), "Hello world"]);

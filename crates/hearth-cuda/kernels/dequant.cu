@@ -193,3 +193,84 @@ extern "C" __global__ void f32_to_f16(const float* x, u16* out, int n) {
         out[i] = f32_to_half(x[i]);
     }
 }
+
+// The 32 values of 32-value group `sub` of the block at `b` of type T, as dequant_elem computes
+// them, with the group's scales decoded once (dequant_elem decodes them per value).
+template <int T>
+__device__ __forceinline__ void group_values(const u8* b, int sub, float v[32]) {
+    if (T == T_Q8_0) {
+        const float d = load_half(b);
+        const i8* q = reinterpret_cast<const i8*>(b + 2);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) v[i] = d * (float)q[i];
+    } else if (T == T_Q4_0) {
+        const float d = load_half(b);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            v[i] = d * (float)((b[2 + i] & 15) - 8);
+            v[i + 16] = d * (float)((b[2 + i] >> 4) - 8);
+        }
+    } else if (T == T_Q4_K) {
+        int scale, min;
+        scale_min_k4(b + 4, sub, scale, min);
+        const float d = load_half(b), dmin = load_half(b + 2);
+        const u8* qs = b + 16 + 32 * (sub / 2);
+        const int shift = 4 * (sub % 2);
+#pragma unroll
+        for (int l = 0; l < 32; ++l) {
+            v[l] = d * (float)scale * (float)((qs[l] >> shift) & 15) - dmin * (float)min;
+        }
+    } else if (T == T_Q6_K) {
+        const int n = sub / 4, s = sub % 4;
+        const float d = load_half(b + 208);
+        const i8* scales = reinterpret_cast<const i8*>(b + 192);
+        const u8* ql = b + 64 * n + 32 * (s & 1);
+        const u8* qh = b + 128 + 32 * n;
+#pragma unroll
+        for (int l = 0; l < 32; ++l) {
+            const int lo = (ql[l] >> (4 * (s >> 1))) & 15;
+            const int hi = (qh[l] >> (2 * s)) & 3;
+            v[l] = d * (float)scales[(sub * 32 + l) / 16] * (float)((lo | (hi << 4)) - 32);
+        }
+    }
+}
+
+// dequant_to_f16 for one type known at compile time: each thread turns one 32-value group into
+// 64 bytes of f16, decoding the group's scales once.
+template <int T, int QK, int BYTES>
+__device__ __forceinline__ void dequant_groups_f16(const u8* w, int n_rows, int n_cols, u16* out) {
+    const int groups_per_row = n_cols / 32;
+    const size_t row_bytes = (size_t)(n_cols / QK) * BYTES;
+    const size_t total = (size_t)n_rows * groups_per_row;
+    for (size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x; g < total;
+         g += (size_t)gridDim.x * blockDim.x) {
+        const int r = (int)(g / groups_per_row), c0 = (int)(g % groups_per_row) * 32;
+        const u8* block = w + r * row_bytes + (size_t)(c0 / QK) * BYTES;
+        float v[32];
+        group_values<T>(block, (c0 % QK) / 32, v);
+        u32 packed[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            packed[i] = (u32)f32_to_half(v[2 * i]) | ((u32)f32_to_half(v[2 * i + 1]) << 16);
+        }
+        uint4* dst = reinterpret_cast<uint4*>(out + (size_t)r * n_cols + c0);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            dst[i] = make_uint4(packed[4 * i], packed[4 * i + 1], packed[4 * i + 2],
+                                packed[4 * i + 3]);
+        }
+    }
+}
+
+// dequant_to_f16 specialized for Q8_0, Q4_0, Q4_K and Q6_K (the host sends other types to the
+// generic kernel): the weights' GEMM path for prompts and batched decode runs this every step.
+extern "C" __global__ void dequant_to_f16_typed(const u8* w, int type, int n_rows, int n_cols,
+                                                u16* out) {
+    switch (type) {
+        case T_Q8_0: dequant_groups_f16<T_Q8_0, 32, 34>(w, n_rows, n_cols, out); break;
+        case T_Q4_0: dequant_groups_f16<T_Q4_0, 32, 18>(w, n_rows, n_cols, out); break;
+        case T_Q4_K: dequant_groups_f16<T_Q4_K, 256, 144>(w, n_rows, n_cols, out); break;
+        case T_Q6_K: dequant_groups_f16<T_Q6_K, 256, 210>(w, n_rows, n_cols, out); break;
+        default: break;
+    }
+}

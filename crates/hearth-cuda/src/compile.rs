@@ -16,6 +16,8 @@ pub const KERNEL_SOURCE: &str = concat!(
     "\n",
     include_str!("../kernels/dequant.cu"),
     "\n",
+    include_str!("../kernels/mlx.cu"),
+    "\n",
     include_str!("../kernels/model.cu"),
 );
 

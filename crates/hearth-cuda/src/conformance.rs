@@ -234,6 +234,64 @@ fn time_gemv(
     })
 }
 
+/// The f16 dequantizer of the GEMM path on random `n_rows x n_cols` weights of `ty`: the
+/// specialized kernel (`typed`) or the element-wise one, against hearth-quant's dequantization
+/// rounded to f16. The error counts values more than one f16 step away (bound 0: a fused
+/// multiply-add may move a value by one rounding step, nothing more). Timed when `plan` is
+/// given, counting the bytes read and written.
+pub fn check_dequant_f16(
+    dev: &CudaDevice,
+    ty: GgmlType,
+    (n_rows, n_cols): (usize, usize),
+    typed: bool,
+    plan: Option<&TimingPlan>,
+    rng: &mut impl Rng,
+) -> Result<CaseResult, CudaError> {
+    let bytes = random_weights(ty, n_rows, n_cols, rng);
+    let w = dev.upload_matrix(ty, n_rows, n_cols, &bytes)?;
+    let mut out = dev
+        .stream()
+        .alloc_zeros::<u16>(n_rows * n_cols)
+        .map_err(driver("dequant output"))?;
+    dev.dequant_to_f16(&w, typed, &mut out)?;
+    let got = dev.download(&out)?;
+    let want = dequantize_rows(ty, &bytes, n_rows, n_cols);
+    let off = got
+        .iter()
+        .zip(&want)
+        .filter(|(&g, &w)| (g as i32 - half::f16::from_f32(w).to_bits() as i32).abs() > 1)
+        .count();
+    let timing = match plan {
+        Some(plan) => {
+            let copies = plan.rotate_bytes.div_ceil(bytes.len().max(1)).max(1);
+            let mut mats = vec![w];
+            for _ in 1..copies {
+                mats.push(dev.upload_matrix(ty, n_rows, n_cols, &bytes)?);
+            }
+            let seconds = median_launch_time(dev, plan, |i| {
+                dev.dequant_to_f16(&mats[i % mats.len()], typed, &mut out)
+            })?;
+            Some(Timing {
+                seconds,
+                bytes: bytes.len() + 2 * n_rows * n_cols,
+            })
+        }
+        None => None,
+    };
+    Ok(CaseResult {
+        op: if typed {
+            "dequant_typed"
+        } else {
+            "dequant_any"
+        },
+        dtype: ty.name().to_string(),
+        shape: format!("{n_rows}x{n_cols}"),
+        error: off as f64,
+        bound: 0.0,
+        timing,
+    })
+}
+
 /// RMSNorm of `n_rows` random rows of `dim` values against the f64 reference.
 pub fn check_rms_norm(
     dev: &CudaDevice,

@@ -22,5 +22,5 @@ pub use cache::{CacheKey, CacheMiss, KernelCache};
 pub use compile::{compile_cubin, nvrtc_version, KERNEL_SOURCE};
 pub use device::{CudaDevice, KernelOrigin, QuantMatrix};
 pub use error::CudaError;
-pub use ops::{gemv_supported, Q8Activations, GEMV_Q8A_TYPES, GEMV_TYPES};
+pub use ops::{gemv_supported, Q8Activations, DEQUANT_TYPED_TYPES, GEMV_Q8A_TYPES, GEMV_TYPES};
 pub use probe::{probe, probe_device, CudaUnavailable, GpuInfo};

@@ -24,6 +24,34 @@ pub const GEMV_Q8A_TYPES: [GgmlType; 4] = [
     GgmlType::Q6_K,
 ];
 
+/// Weight types with a type-specialized f16 dequantizer (kernels/dequant.cu,
+/// `dequant_to_f16_typed`); the others go through the element-wise `dequant_to_f16`.
+pub const DEQUANT_TYPED_TYPES: [GgmlType; 4] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+];
+
+/// The f16 dequantizer kernel for `ty`: the specialized one where it exists.
+pub(crate) fn dequant_f16_kernel_name(ty: GgmlType) -> &'static str {
+    if DEQUANT_TYPED_TYPES.contains(&ty) {
+        "dequant_to_f16_typed"
+    } else {
+        "dequant_to_f16"
+    }
+}
+
+/// Threads per block of the f16 dequantizers (one 32-value group per thread).
+pub(crate) const DEQUANT_THREADS: u32 = 256;
+
+/// Blocks of [`DEQUANT_THREADS`] for an `n_rows x n_cols` matrix (grid-stride beyond 65536).
+pub(crate) fn dequant_blocks(n_rows: usize, n_cols: usize) -> u32 {
+    (n_rows * n_cols / 32)
+        .div_ceil(DEQUANT_THREADS as usize)
+        .clamp(1, 1 << 16) as u32
+}
+
 /// Warps per thread block of the GEMV kernels and output rows per warp (F16 kernel: one row
 /// per warp); kernels/gemv.cu agrees.
 const GEMV_WARPS_PER_BLOCK: u32 = 4;
@@ -136,6 +164,52 @@ impl CudaDevice {
         // SAFETY: argument types and order match the kernel; the sizes were checked above and
         // the weight buffer carries the padding the kernel's last loads may touch.
         unsafe { launch.launch(cfg) }.map_err(driver("gemv launch"))?;
+        Ok(())
+    }
+
+    /// The whole of `w` as row-major f16 bits into `out` (`n_rows * n_cols` values) with the
+    /// specialized kernel (`typed`, for [`DEQUANT_TYPED_TYPES`]) or the element-wise one.
+    pub fn dequant_to_f16(
+        &self,
+        w: &QuantMatrix,
+        typed: bool,
+        out: &mut CudaSlice<u16>,
+    ) -> Result<(), CudaError> {
+        let op = "dequant_to_f16";
+        if !w.n_cols.is_multiple_of(32) || out.len() < w.n_rows * w.n_cols {
+            return Err(shape(
+                op,
+                format!(
+                    "{}x{} weights (whole 32-value groups) into {} values",
+                    w.n_rows,
+                    w.n_cols,
+                    out.len()
+                ),
+            ));
+        }
+        if typed && !DEQUANT_TYPED_TYPES.contains(&w.ty) {
+            return Err(CudaError::Unsupported { op, ty: w.ty });
+        }
+        let name = if typed {
+            "dequant_to_f16_typed"
+        } else {
+            "dequant_to_f16"
+        };
+        let (ty, rows, cols) = (
+            w.ty.id() as i32,
+            as_i32(op, "rows", w.n_rows)?,
+            as_i32(op, "columns", w.n_cols)?,
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (dequant_blocks(w.n_rows, w.n_cols), 1, 1),
+            block_dim: (DEQUANT_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let f = self.function(name)?;
+        let mut launch = self.stream().launch_builder(f);
+        launch.arg(&w.data).arg(&ty).arg(&rows).arg(&cols).arg(out);
+        // SAFETY: argument types and order match the kernel; sizes checked above.
+        unsafe { launch.launch(cfg) }.map_err(driver("dequant_to_f16 launch"))?;
         Ok(())
     }
 

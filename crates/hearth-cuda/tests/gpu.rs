@@ -2,10 +2,11 @@
 //! "skipped: <reason>" and returns, so CI (no GPU) passes while showing what did not run.
 
 use hearth_cuda::conformance::{
-    argmax_rows, check_argmax, check_gemv, check_rms_norm, Activations,
+    argmax_rows, check_argmax, check_dequant_f16, check_gemv, check_rms_norm, Activations,
 };
 use hearth_cuda::{
-    probe, CudaDevice, CudaError, KernelCache, KernelOrigin, GEMV_Q8A_TYPES, GEMV_TYPES,
+    probe, CudaDevice, CudaError, KernelCache, KernelOrigin, DEQUANT_TYPED_TYPES, GEMV_Q8A_TYPES,
+    GEMV_TYPES,
 };
 use hearth_quant::GgmlType;
 use rand::SeedableRng;
@@ -55,6 +56,29 @@ fn gemv_matches_reference_for_every_type_and_odd_shapes() {
                     "{ty} {rows}x{cols} {act:?}: nmse {} > {}",
                     case.error,
                     case.bound
+                );
+            }
+        }
+    }
+}
+
+/// The GEMM path's f16 dequantizers, specialized and element-wise, give hearth-quant's values
+/// to within one f16 rounding step.
+#[test]
+fn f16_dequantizers_match_reference() {
+    let Some(dev) = device(&KernelCache::default_location()) else {
+        return;
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    for ty in DEQUANT_TYPED_TYPES {
+        for (rows, cols) in [(64, 512), (7, 1024), (3, 2048), (20001, 256)] {
+            for typed in [true, false] {
+                let case =
+                    check_dequant_f16(&dev, ty, (rows, cols), typed, None, &mut rng).unwrap();
+                assert!(
+                    case.passed(),
+                    "{ty} {rows}x{cols} typed={typed}: {} values off",
+                    case.error
                 );
             }
         }

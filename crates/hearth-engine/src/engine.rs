@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hearth_backend::KvSpec;
+use hearth_backend::{KvSpec, KvType};
 use hearth_gguf::GgufFile;
 use hearth_kv::BlockPool;
 use hearth_tokenizer::{ChatMessage, Tokenizer};
@@ -31,6 +31,8 @@ pub struct EngineOptions {
     pub template: Option<String>,
     /// Where the model runs.
     pub device: Device,
+    /// How the KV cache stores keys and values.
+    pub kv_type: KvType,
 }
 
 impl Default for EngineOptions {
@@ -42,6 +44,7 @@ impl Default for EngineOptions {
             n_batch: 512,
             template: None,
             device: Device::Auto,
+            kv_type: KvType::F16,
         }
     }
 }
@@ -90,7 +93,7 @@ impl Engine {
             error,
         };
         let ModelSource {
-            config,
+            mut config,
             tensors,
             tokenizer,
             template,
@@ -107,6 +110,7 @@ impl Engine {
                 "the batch size must be positive".into(),
             ));
         }
+        config.fit_context(n_ctx);
         let n_kv_tokens = match opts.n_kv_tokens {
             0 => n_ctx,
             n => n.max(n_ctx),
@@ -116,6 +120,7 @@ impl Engine {
             kv_dims: vec![config.kv_dim(); config.n_layers],
             n_blocks,
             block_size: BLOCK_SIZE,
+            dtype: opts.kv_type,
         };
         let loaded = load_runner(opts.device, opts.n_threads, config, tensors, &kv_spec).map_err(
             |e| match e {
@@ -132,7 +137,7 @@ impl Engine {
             n_ctx,
             n_ctx_train: model_config.n_ctx_train,
             n_kv_tokens: n_blocks * BLOCK_SIZE,
-            kv_bytes: kv_spec.bytes_f16(),
+            kv_bytes: kv_spec.bytes(),
             backend: loaded.backend,
             n_threads: loaded.n_threads,
             device_note: loaded.note,

@@ -21,6 +21,7 @@ pub use batch_step::SeqStep;
 pub use engine::{Engine, EngineOptions, ModelInfo};
 pub use error::EngineError;
 pub use generate::{FinishReason, GenerationReport};
+pub use hearth_backend::KvType;
 pub use plan_step::PlanLogits;
 pub use prompt::PromptBuilder;
 pub use runner::Device;

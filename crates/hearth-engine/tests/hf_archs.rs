@@ -8,11 +8,11 @@ mod common;
 use std::path::Path;
 
 use common::hf::{
-    check_f32_folder, check_f32_model, edit, fixture, load_error, reference, run_prompts,
-    scratch_copy,
+    check_f32_folder, check_f32_model, check_model_with, edit, f32_check_cache, fixture,
+    load_error, reference, run_prompts, scratch_copy, Reference,
 };
-use common::{open_engine, repo_root};
-use hearth_engine::Sequence;
+use common::{open_engine, open_engine_with, read_json, repo_root};
+use hearth_engine::{KvType, Sequence};
 
 #[test]
 fn mistral_sliding_window_matches_transformers() {
@@ -44,28 +44,15 @@ fn llama_dynamic_rope_matches_transformers() {
     check_f32_folder("hf-tiny-llama-dynamic");
 }
 
-/// Where the rope scaling would change (LongRoPE's long factors, dynamic NTK's growing base),
-/// hearth refuses the position with an error naming the limit instead of computing something
-/// else.
+/// Where dynamic NTK's base would start to grow, hearth refuses the position with an error
+/// naming the limit instead of computing something else.
 #[test]
 fn positions_past_the_rope_limit_are_refused() {
-    let cases = [
-        (
-            fixture("hf-tiny-phi3-longrope"),
-            64,
-            "original_max_position_embeddings = 64",
-        ),
-        (
-            repo_root().join("tests/fixtures/tiny-phi3-longrope-f32.gguf"),
-            64,
-            "original_context_length = 64",
-        ),
-        (
-            fixture("hf-tiny-llama-dynamic"),
-            256,
-            "max_position_embeddings (256)",
-        ),
-    ];
+    let cases = [(
+        fixture("hf-tiny-llama-dynamic"),
+        256,
+        "max_position_embeddings (256)",
+    )];
     for (path, limit, what) in cases {
         let mut engine = open_engine(&path);
         let prompt: Vec<u32> = (0..limit as u32).map(|i| i % 200).collect();
@@ -98,10 +85,46 @@ fn phi3_matches_transformers() {
     check_f32_folder("hf-tiny-phi3");
 }
 
-/// LongRoPE short factors and its attention factor (√(1 + ln 4 / ln 64)).
+/// The LongRoPE fixture's original context: contexts up to it run the short factors.
+const LONGROPE_ORIGINAL: usize = 64;
+
+/// LongRoPE short factors and its attention factor (√(1 + ln 4 / ln 64)), in a context no
+/// longer than the original one.
 #[test]
 fn phi3_longrope_matches_transformers() {
-    check_f32_folder("hf-tiny-phi3-longrope");
+    let dir = fixture("hf-tiny-phi3-longrope");
+    check_longrope(&dir, &dir);
+}
+
+/// The folder or GGUF `model` against transformers both ways: short prompts in the original
+/// context (short factors), and prompts longer than it (reference_long.json, made by
+/// scripts/make_long_context_refs.py) in the 256-token context the model was scaled to, where
+/// transformers and hearth both take the long factors.
+fn check_longrope(model: &Path, ref_dir: &Path) {
+    let (kv_type, bound) = f32_check_cache();
+    let short = ref_dir.join("reference.json");
+    check_model_with(model, &short, LONGROPE_ORIGINAL, kv_type, bound);
+    let long = ref_dir.join("reference_long.json");
+    check_model_with(model, &long, 256, kv_type, bound);
+}
+
+/// The long factors are what the long prompts check: with the short ones in their place the
+/// logits move far beyond the tolerance.
+#[test]
+fn longrope_long_factors_are_checked_by_the_fixture() {
+    let dir = scratch_copy("hf-tiny-phi3-longrope", "short-only");
+    let config = std::fs::read_to_string(dir.join("config.json")).expect("config");
+    let mut v: serde_json::Value = serde_json::from_str(&config).expect("json");
+    let rope = &mut v["rope_parameters"];
+    assert!(rope["long_factor"].is_array(), "{rope}");
+    rope["long_factor"] = rope["short_factor"].clone();
+    std::fs::write(dir.join("config.json"), v.to_string()).expect("write");
+    let r: Reference = read_json(&fixture("hf-tiny-phi3-longrope").join("reference_long.json"));
+    let mut engine = open_engine_with(&dir, 256, KvType::F32);
+    let (diff, _) = run_prompts(&mut engine, &r);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("long prompts with the short factors: max |logit diff| = {diff:e}");
+    assert!(diff > 2e-2, "the short factors give only {diff}");
 }
 
 #[test]
@@ -118,10 +141,10 @@ fn gemma2_gguf_matches_transformers() {
 
 #[test]
 fn phi3_gguf_matches_transformers() {
-    for name in ["phi3", "phi3-longrope"] {
-        let gguf = repo_root().join(format!("tests/fixtures/tiny-{name}-f32.gguf"));
-        check_f32_model(&gguf, &fixture(&format!("hf-tiny-{name}")));
-    }
+    let gguf = repo_root().join("tests/fixtures/tiny-phi3-f32.gguf");
+    check_f32_model(&gguf, &fixture("hf-tiny-phi3"));
+    let gguf = repo_root().join("tests/fixtures/tiny-phi3-longrope-f32.gguf");
+    check_longrope(&gguf, &fixture("hf-tiny-phi3-longrope"));
 }
 
 /// `llama.rope.scaling.type` linear and yarn, as llama.cpp's converter writes them.

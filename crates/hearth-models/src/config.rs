@@ -55,8 +55,20 @@ pub struct DecoderConfig {
     /// `None`: a dense one of width `n_ff`.
     pub moe: Option<MoeConfig>,
     /// Positions from which the rope scaling changes in a way hearth does not run yet
-    /// (LongRoPE's long factors, dynamic NTK); a batch reaching them is refused.
+    /// (dynamic NTK); a batch reaching them is refused.
     pub position_limit: Option<PositionLimit>,
+    /// LongRoPE's second set of frequency divisors, for contexts longer than the original one
+    /// (see [`DecoderConfig::fit_context`]); `rope.freq_factors` holds the short set.
+    pub long_rope: Option<LongRope>,
+}
+
+/// See [`DecoderConfig::long_rope`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct LongRope {
+    /// The context the model was first trained for (`original_max_position_embeddings`).
+    pub original_context: usize,
+    /// Per-frequency divisors for longer contexts, length `n_rot / 2`.
+    pub long_factors: Vec<f32>,
 }
 
 /// See [`DecoderConfig::position_limit`].
@@ -69,6 +81,23 @@ pub struct PositionLimit {
 }
 
 impl DecoderConfig {
+    /// Settle what depends on the context size the model runs with: LongRoPE's long factors
+    /// replace the short ones when `n_ctx` exceeds the original context.
+    ///
+    /// NOTE: this is llama.cpp's rule (it picks the factors by context size). transformers
+    /// picks them per forward pass by the sequence's length, so the two agree for every
+    /// sequence when the context is at most the original one, and for sequences longer than
+    /// it otherwise; a short sequence in a long context gets the long factors here, as in
+    /// llama.cpp. One set per model keeps a sequence's cached keys consistent.
+    pub fn fit_context(&mut self, n_ctx: usize) {
+        if let Some(long) = &self.long_rope {
+            if n_ctx > long.original_context {
+                self.rope.freq_factors = long.long_factors.clone();
+                self.rope_sliding.freq_factors = long.long_factors.clone();
+            }
+        }
+    }
+
     /// `n_kv_heads * head_dim`: the width of one token's keys (or values) in one layer.
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
@@ -268,6 +297,7 @@ impl CommonHparams {
             layer_kinds: vec![LayerKind::Global; self.n_layers],
             moe: None,
             position_limit: None,
+            long_rope: None,
         }
     }
 }

@@ -19,7 +19,7 @@ pub mod registry;
 mod rope_scaling;
 
 pub use batch::Batch;
-pub use config::{DecoderConfig, LayerKind, PositionLimit};
+pub use config::{DecoderConfig, LayerKind, LongRope, PositionLimit};
 pub use decoder::DecoderModel;
 pub use error::ModelError;
 pub use loader::{GgufTensorBytes, TensorLoader, TensorSource};

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hearth_backend::{cpu::CpuBackend, AttnSeq, Backend, KvSpec};
+use hearth_backend::{cpu::CpuBackend, AttnSeq, Backend, KvSpec, KvType};
 use hearth_gguf::{GgmlType, GgufFile, GgufWriter, Value};
 use hearth_models::{registry, Batch, DecoderModel};
 
@@ -121,6 +121,7 @@ fn qwen2_gguf_matches_transformers() {
             kv_dims: vec![model.config.kv_dim(); model.config.n_layers],
             n_blocks: 2,
             block_size: BLOCK,
+            dtype: KvType::F16,
         };
         let mut cache = be.new_kv_cache(&spec).expect("cache");
         let mut logits = step(&model, &be, &mut cache, &ids, 0);

@@ -1,6 +1,6 @@
 //! The paged KV cache on the device and the attention op (kernels/attention.wgsl).
 
-use hearth_backend::{AttnBatch, AttnParams, BackendError, KvSpec};
+use hearth_backend::{AttnBatch, AttnParams, BackendError, KvSpec, KvType};
 
 use crate::backend::{check, words, WgpuBackend, WgpuTensor};
 use crate::kernels::Module;
@@ -18,6 +18,13 @@ pub struct WgpuKvCache {
 
 impl WgpuKvCache {
     pub(crate) fn new(be: &WgpuBackend, spec: &KvSpec) -> Result<WgpuKvCache, BackendError> {
+        check(spec.dtype == KvType::F16, || {
+            format!(
+                "a {} KV cache on wgpu (its attention kernel reads f16 keys and values; use an \
+                 f16 cache or the CPU)",
+                spec.dtype
+            )
+        })?;
         let slots = (spec.n_blocks * spec.block_size) as u64;
         let mut layers = Vec::with_capacity(spec.kv_dims.len());
         for (i, &d) in spec.kv_dims.iter().enumerate() {

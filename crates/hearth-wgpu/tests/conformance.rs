@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use hearth_backend::cpu::CpuBackend;
 use hearth_backend::{
-    Activation, AttnBatch, AttnParams, AttnSeq, Backend, HostWeight, KvSpec, RopeKind, RopeSpec,
+    Activation, AttnBatch, AttnParams, AttnSeq, Backend, HostWeight, KvSpec, KvType, RopeKind,
+    RopeSpec,
 };
 use hearth_quant::GgmlType;
 use hearth_wgpu::kernels::WEIGHT_TYPES;
@@ -268,6 +269,7 @@ fn attention_on<B: Backend>(
             kv_dims: vec![kv_dim],
             n_blocks: 8,
             block_size: bs,
+            dtype: KvType::F16,
         })
         .expect("cache");
     let tables: [Vec<u32>; 2] = [vec![5, 1, 6], vec![2, 7, 0]];

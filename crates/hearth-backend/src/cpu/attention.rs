@@ -1,4 +1,4 @@
-//! Causal attention over the paged f16 KV cache.
+//! Causal attention over the paged KV cache (f16 or f32 slots).
 //!
 //! ```text
 //!  cache slots (per layer):  [ block 0 | block 1 | block 2 | ... ]   each block = block_size slots
@@ -8,15 +8,100 @@
 //! For each sequence of the batch: the new tokens' K/V are written to their slots, then every
 //! (token, head) pair is an independent task: scores, softmax, weighted sum of values.
 //!
-//! NOTE: like ggml's (non-flash) attention, queries are rounded to f16 before q·k (ggml converts
-//! the f32 operand of a matmul to the f16 weight's type) and the softmax weights are rounded to
-//! f16 before they multiply V. This keeps greedy decoding aligned with llama.cpp.
+//! NOTE: with an f16 cache, like ggml's (non-flash) attention, queries are rounded to f16
+//! before q·k (ggml converts the f32 operand of a matmul to the f16 weight's type) and the
+//! softmax weights are rounded to f16 before they multiply V. This keeps greedy decoding
+//! aligned with llama.cpp. An f32 cache rounds nothing.
 
 use half::f16;
 use rayon::prelude::*;
 
 use super::{simd, CpuKvCache, CpuTensor};
-use crate::{AttnBatch, AttnParams, AttnSeq, BackendError};
+use crate::{AttnBatch, AttnParams, AttnSeq, BackendError, KvSpec, KvType};
+
+/// A value type the cache stores keys and values in.
+pub(super) trait KvValue: Copy + Send + Sync {
+    const ZERO: Self;
+    fn from_f32(x: f32) -> Self;
+    /// `x` rounded as this type rounds it (queries and softmax weights; see the module note).
+    fn round(x: f32) -> f32;
+    /// Σ a[i]·b[i].
+    fn dot(a: &[f32], b: &[Self]) -> f32;
+    /// y += a·x.
+    fn axpy(y: &mut [f32], a: f32, x: &[Self]);
+}
+
+impl KvValue for f16 {
+    const ZERO: Self = f16::ZERO;
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+    fn round(x: f32) -> f32 {
+        f16::from_f32(x).to_f32()
+    }
+    fn dot(a: &[f32], b: &[Self]) -> f32 {
+        simd::dot_f16(a, b)
+    }
+    fn axpy(y: &mut [f32], a: f32, x: &[Self]) {
+        simd::axpy_f16(y, a, x)
+    }
+}
+
+impl KvValue for f32 {
+    const ZERO: Self = 0.0;
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+    fn round(x: f32) -> f32 {
+        x
+    }
+    fn dot(a: &[f32], b: &[Self]) -> f32 {
+        simd::dot_f32(a, b)
+    }
+    fn axpy(y: &mut [f32], a: f32, x: &[Self]) {
+        for (yi, &xi) in y.iter_mut().zip(x) {
+            *yi = a.mul_add(xi, *yi);
+        }
+    }
+}
+
+/// Per layer: (keys, values), each `[n_slots, kv_dim]`, in the cache's dtype.
+pub(super) enum KvLayers {
+    F16(Vec<(Vec<f16>, Vec<f16>)>),
+    F32(Vec<(Vec<f32>, Vec<f32>)>),
+}
+
+impl KvLayers {
+    pub(super) fn new(spec: &KvSpec) -> Result<Self, BackendError> {
+        Ok(match spec.dtype {
+            KvType::F16 => KvLayers::F16(alloc_layers(spec)?),
+            KvType::F32 => KvLayers::F32(alloc_layers(spec)?),
+        })
+    }
+}
+
+fn alloc_layers<T: KvValue>(spec: &KvSpec) -> Result<Vec<(Vec<T>, Vec<T>)>, BackendError> {
+    let n_slots = spec.n_blocks * spec.block_size;
+    let too_big = || {
+        BackendError::OutOfMemory(format!(
+            "a {} KV cache of {n_slots} slots needs {} MiB",
+            spec.dtype,
+            spec.bytes() >> 20
+        ))
+    };
+    let mut layers = Vec::with_capacity(spec.kv_dims.len());
+    for &d in &spec.kv_dims {
+        let len = n_slots.checked_mul(d).ok_or_else(too_big)?;
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        k.try_reserve_exact(len)
+            .and_then(|_| v.try_reserve_exact(len))
+            .map_err(|_| too_big())?;
+        k.resize(len, T::ZERO);
+        v.resize(len, T::ZERO);
+        layers.push((k, v));
+    }
+    Ok(layers)
+}
 
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
@@ -46,7 +131,31 @@ pub fn attention(
         (q.cols, k.cols, v.cols, out.cols),
         (q_dim, kv_dim, kv_dim, q_dim)
     );
-    let (kc, vc) = &mut cache.layers[layer];
+    match &mut cache.layers {
+        KvLayers::F16(layers) => {
+            let (kc, vc) = &mut layers[layer];
+            attend_batch(q, k, v, kc, vc, batch, p, out);
+        }
+        KvLayers::F32(layers) => {
+            let (kc, vc) = &mut layers[layer];
+            attend_batch(q, k, v, kc, vc, batch, p, out);
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attend_batch<T: KvValue>(
+    q: &CpuTensor,
+    k: &CpuTensor,
+    v: &CpuTensor,
+    kc: &mut [T],
+    vc: &mut [T],
+    batch: &AttnBatch,
+    p: &AttnParams,
+    out: &mut CpuTensor,
+) {
+    let kv_dim = p.n_kv_heads * p.head_dim;
     let bs = batch.block_size;
     for seq in batch.seqs {
         write_new_kv(seq, k, v, kc, vc, kv_dim, bs);
@@ -54,15 +163,14 @@ pub fn attention(
     for seq in batch.seqs {
         attend_sequence(seq, q, kc, vc, bs, p, out);
     }
-    Ok(())
 }
 
-fn write_new_kv(
+fn write_new_kv<T: KvValue>(
     seq: &AttnSeq,
     k: &CpuTensor,
     v: &CpuTensor,
-    kc: &mut [f16],
-    vc: &mut [f16],
+    kc: &mut [T],
+    vc: &mut [T],
     kv_dim: usize,
     bs: usize,
 ) {
@@ -72,10 +180,10 @@ fn write_new_kv(
         let dst_k = &mut kc[slot * kv_dim..][..kv_dim];
         let dst_v = &mut vc[slot * kv_dim..][..kv_dim];
         for (d, &s) in dst_k.iter_mut().zip(k.row(row)) {
-            *d = f16::from_f32(s);
+            *d = T::from_f32(s);
         }
         for (d, &s) in dst_v.iter_mut().zip(v.row(row)) {
-            *d = f16::from_f32(s);
+            *d = T::from_f32(s);
         }
     }
 }
@@ -88,11 +196,11 @@ fn window_start(pos: usize, window: Option<usize>) -> usize {
     }
 }
 
-fn attend_sequence(
+fn attend_sequence<T: KvValue>(
     seq: &AttnSeq,
     q: &CpuTensor,
-    kc: &[f16],
-    vc: &[f16],
+    kc: &[T],
+    vc: &[T],
     bs: usize,
     p: &AttnParams,
     out: &mut CpuTensor,
@@ -102,7 +210,7 @@ fn attend_sequence(
     let group = p.n_heads / p.n_kv_heads;
     let q_dim = p.n_heads * hd;
     let rows = &mut out.data[seq.token_start * q_dim..(seq.token_start + seq.n_tokens) * q_dim];
-    // NOTE: keys and values are read straight from their f16 slots (converted in registers);
+    // NOTE: keys and values are read straight from their slots (converted in registers);
     // gathering them into f32 rows first would cost as much as the attention itself in decode.
     rows.par_chunks_mut(hd).enumerate().for_each(|(task, dst)| {
         let (t, h) = (task / p.n_heads, task % p.n_heads);
@@ -110,30 +218,30 @@ fn attend_sequence(
         let head = (h / group) * hd;
         let query: Vec<f32> = q.row(seq.token_start + t)[h * hd..][..hd]
             .iter()
-            .map(|&x| f16::from_f32(x).to_f32())
+            .map(|&x| T::round(x))
             .collect();
         let visible = window_start(pos, p.window)..pos + 1;
         let mut scores: Vec<f32> = visible
             .clone()
             .map(|j| {
                 let key = &kc[seq.slot(j, bs) * kv_dim + head..][..hd];
-                let s = simd::dot_f16(&query, key) * p.scale;
+                let s = T::dot(&query, key) * p.scale;
                 match p.softcap {
                     Some(c) => c * (s / c).tanh(),
                     None => s,
                 }
             })
             .collect();
-        softmax_f16_weights(&mut scores);
+        softmax_rounded::<T>(&mut scores);
         dst.fill(0.0);
         for (w, j) in scores.iter().zip(visible) {
-            simd::axpy_f16(dst, *w, &vc[seq.slot(j, bs) * kv_dim + head..][..hd]);
+            T::axpy(dst, *w, &vc[seq.slot(j, bs) * kv_dim + head..][..hd]);
         }
     });
 }
 
-/// In-place softmax whose results are rounded to f16 (see the module note).
-fn softmax_f16_weights(x: &mut [f32]) {
+/// In-place softmax whose results are rounded as the cache's type rounds (see the module note).
+fn softmax_rounded<T: KvValue>(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f64;
     for v in x.iter_mut() {
@@ -142,7 +250,7 @@ fn softmax_f16_weights(x: &mut [f32]) {
     }
     let inv = (1.0 / sum) as f32;
     for v in x.iter_mut() {
-        *v = f16::from_f32(*v * inv).to_f32();
+        *v = T::round(*v * inv);
     }
 }
 
@@ -184,6 +292,17 @@ mod tests {
     /// token each), give the same outputs as naive attention over their own tokens only.
     #[test]
     fn paged_batched_attention_matches_naive() {
+        // f16 storage of K, V, q and the weights: ~1e-3 relative.
+        paged_batched_attention(KvType::F16, 3e-3);
+    }
+
+    /// The same with f32 slots: nothing is rounded, so only the order of f32 sums differs.
+    #[test]
+    fn f32_cache_attention_matches_naive_to_f32_rounding() {
+        paged_batched_attention(KvType::F32, 2e-6);
+    }
+
+    fn paged_batched_attention(dtype: KvType, bound: f32) {
         let be = CpuBackend::new(2).unwrap();
         let (n_heads, n_kv, hd, bs) = (4, 2, 8, 4);
         let kv_dim = n_kv * hd;
@@ -192,6 +311,7 @@ mod tests {
                 kv_dims: vec![kv_dim],
                 n_blocks: 8,
                 block_size: bs,
+                dtype,
             })
             .unwrap();
         let tables: [Vec<u32>; 2] = [vec![5, 1, 6], vec![2, 7, 0]];
@@ -256,9 +376,8 @@ mod tests {
                             .collect();
                         let e = naive(&q.row(row)[h * hd..][..hd], &ks, &vs, 0.35);
                         for (a, b) in out.row(row)[h * hd..][..hd].iter().zip(&e) {
-                            // f16 storage of K, V, q and the weights: ~1e-3 relative
                             assert!(
-                                (a - b).abs() < 3e-3,
+                                (a - b).abs() < bound,
                                 "step {step} seq {s} t {t} h {h}: {a} vs {b}"
                             );
                         }

@@ -7,7 +7,6 @@ mod simd;
 
 use std::sync::Arc;
 
-use half::f16;
 use hearth_quant::{GgmlType, WeightMatrix};
 
 use crate::{
@@ -70,10 +69,10 @@ impl CpuWeight {
     }
 }
 
-/// Keys and values of every layer, stored as f16 in `n_blocks * block_size` token slots.
+/// Keys and values of every layer in `n_blocks * block_size` token slots, stored as the
+/// [`KvSpec`]'s dtype asks.
 pub struct CpuKvCache {
-    /// Per layer: (keys, values), each `[n_slots, kv_dim]`.
-    layers: Vec<(Vec<f16>, Vec<f16>)>,
+    layers: attention::KvLayers,
     kv_dims: Vec<usize>,
     block_size: usize,
 }
@@ -177,28 +176,8 @@ impl Backend for CpuBackend {
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> Result<CpuKvCache, BackendError> {
-        let n_slots = spec.n_blocks * spec.block_size;
-        let mut layers = Vec::with_capacity(spec.kv_dims.len());
-        for &d in &spec.kv_dims {
-            let len = n_slots.checked_mul(d).ok_or_else(|| {
-                BackendError::OutOfMemory(format!("KV cache of {n_slots} slots overflows"))
-            })?;
-            let mut k = Vec::new();
-            let mut v = Vec::new();
-            k.try_reserve_exact(len)
-                .and_then(|_| v.try_reserve_exact(len))
-                .map_err(|_| {
-                    BackendError::OutOfMemory(format!(
-                        "KV cache needs {} MiB",
-                        spec.bytes_f16() >> 20
-                    ))
-                })?;
-            k.resize(len, f16::ZERO);
-            v.resize(len, f16::ZERO);
-            layers.push((k, v));
-        }
         Ok(CpuKvCache {
-            layers,
+            layers: attention::KvLayers::new(spec)?,
             kv_dims: spec.kv_dims.clone(),
             block_size: spec.block_size,
         })

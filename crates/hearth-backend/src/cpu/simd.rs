@@ -64,6 +64,28 @@ fn scale_mul_generic(x: &mut [f32], s: f32, w: &[f32]) {
     }
 }
 
+#[inline(always)]
+fn dot_f32_generic(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let n = a.len().min(b.len());
+    let chunks = n / 8;
+    for c in 0..chunks {
+        let (x, y) = (&a[c * 8..][..8], &b[c * 8..][..8]);
+        for i in 0..8 {
+            acc[i] = x[i].mul_add(y[i], acc[i]);
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for i in chunks * 8..n {
+        s = a[i].mul_add(b[i], s);
+    }
+    s
+}
+
+multiversion! {
+    /// Σ a[i]·b[i] in f32, eight running sums.
+    pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 = dot_f32_generic;
+}
 multiversion! {
     /// Σ x[i]², accumulated in f64 (as ggml's norms do).
     pub fn sum_squares_f64(x: &[f32]) -> f64 = sum_squares_f64_generic;
@@ -76,6 +98,16 @@ multiversion! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot_f32_matches_a_plain_loop() {
+        for n in [0, 1, 7, 8, 9, 100] {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
+            let plain: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
+            assert!((dot_f32(&a, &b) as f64 - plain).abs() < 1e-5, "n = {n}");
+        }
+    }
 
     #[test]
     fn sum_squares_matches_a_plain_loop() {

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use hearth_engine::{Device, Engine, EngineOptions, GenerationReport, Sequence};
+use hearth_engine::{Device, Engine, EngineOptions, GenerationReport, KvType, Sequence};
 use hearth_sampler::{Sampler, SamplingParams};
 use hearth_tokenizer::ChatMessage;
 
@@ -51,6 +51,10 @@ pub struct LoadArgs {
     /// the CPU), cpu, cuda, cuda:N, wgpu (Metal on macOS, Vulkan elsewhere)
     #[arg(long, default_value = "auto")]
     pub device: Device,
+    /// How the KV cache stores keys and values: f16, or f32 (twice the memory, no rounding in
+    /// attention; CPU only)
+    #[arg(long = "kv-type", default_value = "f16")]
+    pub kv_type: KvType,
 }
 
 impl LoadArgs {
@@ -62,6 +66,7 @@ impl LoadArgs {
             n_batch: self.batch_size,
             template,
             device: self.device,
+            kv_type: self.kv_type,
         }
     }
 }

@@ -2,7 +2,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use anyhow::Context;
 use clap::Args;
-use hearth_engine::{Device, EngineOptions};
+use hearth_engine::{Device, EngineOptions, KvType};
 use hearth_server::models::{KeepAlive, LoadOptions, ModelSpec};
 use hearth_server::runner::RunnerConfig;
 use hearth_server::ServeConfig;
@@ -42,6 +42,10 @@ pub struct ServeArgs {
     /// Where models run: auto (a CUDA GPU when one is usable, else the CPU), cpu, cuda, cuda:N
     #[arg(long, default_value = "auto")]
     pub device: Device,
+    /// How the KV cache stores keys and values: f16, or f32 (twice the memory, no rounding in
+    /// attention; CPU only)
+    #[arg(long = "kv-type", default_value = "f16")]
+    pub kv_type: KvType,
     /// Use a built-in chat template instead of the model's: chatml, llama3, gemma, mistral
     #[arg(long)]
     pub template: Option<String>,
@@ -84,6 +88,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 n_batch: args.max_batch_tokens,
                 template: args.template,
                 device: args.device,
+                kv_type: args.kv_type,
             },
             runner: RunnerConfig {
                 max_batch_tokens: args.max_batch_tokens,

@@ -129,6 +129,9 @@ impl CudaBackend {
         ids: u64,
         out: &CudaTensor,
     ) -> Result<(), CudaError> {
+        if let Some(m) = &table.mlx {
+            return self.launch_mlx_embed(st, table, m, ids, out);
+        }
         self.launch(
             st,
             "embed_rows",
@@ -179,6 +182,12 @@ impl CudaBackend {
         accumulate: bool,
     ) -> Result<(), CudaError> {
         let n = x.rows;
+        if let Some(m) = &w.mlx {
+            if n > GEMV_MAX_TOKENS && self.blas.is_some() {
+                return self.gemm(st, w, x, out, accumulate);
+            }
+            return self.launch_mlx_gemv(st, w, m, x, out, accumulate);
+        }
         // The GEMM path dequantizes whole 32-value groups (kernels/dequant.cu).
         if n > GEMV_MAX_TOKENS && self.blas.is_some() && w.cols.is_multiple_of(32) {
             return self.gemm(st, w, x, out, accumulate);
@@ -358,7 +367,7 @@ impl CudaBackend {
 
     /// Weights (dequantized to f16 unless they are f16) times activations (rounded to f16) on
     /// tensor cores, f32 accumulation and output.
-    fn gemm(
+    pub(super) fn gemm(
         &self,
         st: &mut State,
         w: &CudaWeight,
@@ -380,16 +389,19 @@ impl CudaBackend {
                 accumulate,
             );
         }
-        let a = if w.ty == GgmlType::F16 {
+        let a = if let Some(m) = &w.mlx {
+            let a = st.arena.alloc(&stream, w.rows * w.cols * 2, may_grow)?;
+            self.launch_mlx_dequant(st, w, m, a)?;
+            a
+        } else if w.ty == GgmlType::F16 {
             w.ptr
         } else {
             let a = st.arena.alloc(&stream, w.rows * w.cols * 2, may_grow)?;
-            let groups = w.rows * w.cols / 32;
             self.launch(
                 st,
-                "dequant_to_f16",
-                (groups.div_ceil(256).min(1 << 16) as u32, 1),
-                256,
+                crate::ops::dequant_f16_kernel_name(w.ty),
+                (crate::ops::dequant_blocks(w.rows, w.cols), 1),
+                crate::ops::DEQUANT_THREADS,
                 &[
                     Arg::P(w.ptr),
                     Arg::I(type_code(w.ty)),

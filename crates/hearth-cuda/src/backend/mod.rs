@@ -9,6 +9,7 @@ mod attention;
 mod forward;
 mod launch;
 mod memory;
+mod mlx;
 mod staging;
 mod state;
 mod upload;
@@ -65,6 +66,8 @@ pub struct CudaWeight {
     rows: usize,
     cols: usize,
     ptr: u64,
+    /// Set for an MLX affine-quantized matrix: `ptr` holds its packed words (`ty` is I32).
+    mlx: Option<mlx::MlxLayout>,
     _buf: CudaSlice<u8>,
 }
 

@@ -1,6 +1,6 @@
 //! Weights and the KV cache into GPU memory.
 
-use hearth_backend::{BackendError, HostWeight, KvSpec};
+use hearth_backend::{BackendError, HostWeight, KvSpec, KvType};
 use hearth_quant::GgmlType;
 
 use super::memory::device_address;
@@ -13,12 +13,8 @@ impl CudaBackend {
             name: w.name.clone(),
             reason,
         };
-        if let Some(groups) = &w.mlx {
-            return Err(BackendError::Unsupported(format!(
-                "tensor '{}': MLX affine-quantized weights ({}-bit, groups of {}) are not \
-                 supported by the CUDA backend yet",
-                w.name, groups.spec.bits, groups.spec.group_size
-            )));
+        if w.mlx.is_some() {
+            return self.upload_mlx_weight(w);
         }
         let expected =
             w.ty.bytes_for(w.cols as u64)
@@ -62,11 +58,19 @@ impl CudaBackend {
             rows: w.rows,
             cols: w.cols,
             ptr,
+            mlx: None,
             _buf: buf,
         })
     }
 
     pub(super) fn alloc_kv_cache(&self, spec: &KvSpec) -> Result<CudaKvCache, BackendError> {
+        if spec.dtype != KvType::F16 {
+            return Err(BackendError::Unsupported(format!(
+                "a {} KV cache on CUDA (its attention kernels read f16 keys and values; \
+                 use an f16 cache or the CPU)",
+                spec.dtype
+            )));
+        }
         let n_slots = spec.n_blocks * spec.block_size;
         let stream = self.dev.stream();
         let mut bufs = Vec::new();
@@ -75,7 +79,7 @@ impl CudaBackend {
             let oom = |e| {
                 BackendError::OutOfMemory(format!(
                     "KV cache needs {} MiB: {e:?}",
-                    spec.bytes_f16() >> 20
+                    spec.bytes() >> 20
                 ))
             };
             let k = stream.alloc_zeros::<u16>(n_slots * d).map_err(oom)?;

@@ -11,9 +11,13 @@
 use std::process::ExitCode;
 
 use hearth_cuda::conformance::{
-    check_argmax, check_gemv, check_rms_norm, copy_bandwidth, Activations, CaseResult, TimingPlan,
+    check_argmax, check_dequant_f16, check_gemv, check_rms_norm, copy_bandwidth, Activations,
+    CaseResult, TimingPlan,
 };
-use hearth_cuda::{probe_device, CudaDevice, CudaError, KernelCache, GEMV_Q8A_TYPES, GEMV_TYPES};
+use hearth_cuda::{
+    probe_device, CudaDevice, CudaError, KernelCache, DEQUANT_TYPED_TYPES, GEMV_Q8A_TYPES,
+    GEMV_TYPES,
+};
 use rand::SeedableRng;
 
 /// (rows, cols) of the GEMV cases: the attention, FFN and vocabulary shapes of Qwen2-0.5B
@@ -126,6 +130,17 @@ fn run(args: &Args) -> Result<bool, CudaError> {
                 let case = check_gemv(&dev, ty, (rows, cols), act, plan.as_ref(), &mut rng)?;
                 all_passed &= print_case(&case, copy_gbps);
             }
+        }
+    }
+    // The GEMM path's dequantizers, specialized and element-wise, on the largest shape.
+    let &(rows, cols) = shapes.last().unwrap_or(&(256, 256));
+    for ty in DEQUANT_TYPED_TYPES {
+        if ty.bytes_for(cols as u64).is_none() {
+            continue;
+        }
+        for typed in [true, false] {
+            let case = check_dequant_f16(&dev, ty, (rows, cols), typed, plan.as_ref(), &mut rng)?;
+            all_passed &= print_case(&case, copy_gbps);
         }
     }
     for (rows, dim) in [(1, 896), (64, 4096), (3, 2048), (5, 100)] {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hearth_backend::cpu::CpuBackend;
-use hearth_backend::{AttnSeq, Backend, KvSpec};
+use hearth_backend::{AttnSeq, Backend, KvSpec, KvType};
 use hearth_models::encoder::{is_bert, BertConfig, BertModel, BertTensors};
 use hearth_models::hf::{config::HfConfig, HfCheckpoint};
 use hearth_models::{Batch, DecoderModel, ModelError, TensorLoader};
@@ -236,6 +236,7 @@ impl EmbeddingModel {
             kv_dims: vec![c.kv_dim(); c.n_layers],
             n_blocks,
             block_size: KV_BLOCK,
+            dtype: KvType::default(),
         })?;
         let table: Vec<u32> = (0..n_blocks as u32).collect();
         let positions: Vec<u32> = (0..ids.len() as u32).collect();

@@ -3,15 +3,19 @@
 
 use std::path::{Path, PathBuf};
 
-use hearth_engine::{Engine, EngineOptions, Sequence};
+use hearth_engine::{Device, Engine, EngineOptions, KvType, Sequence};
 use serde::Deserialize;
 
-use super::{argmax, open_engine, read_json, repo_root};
+use super::{argmax, open_engine_with, read_json, repo_root, test_device};
 
+/// transformers' outputs: `reference.json` has all fields, `reference_long.json` (prompts
+/// longer than a rope scaling's original context) only `prompts`.
 #[derive(Deserialize)]
 pub struct Reference {
     pub prompts: Vec<PromptRef>,
+    #[serde(default)]
     pub strings: Vec<StringRef>,
+    #[serde(default)]
     pub chat: ChatRef,
 }
 
@@ -29,7 +33,7 @@ pub struct StringRef {
     pub ids: Vec<u32>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 pub struct ChatRef {
     pub messages: Vec<MessageRef>,
     pub ids: Vec<u32>,
@@ -85,16 +89,39 @@ pub fn check_f32_folder(name: &str) {
     check_f32_model(&dir, &dir);
 }
 
+/// The KV cache the f32 checks run with, and their bound on |hearth − transformers| over the
+/// logits.
+///
+/// NOTE: on the CPU the cache holds f32, as transformers computes, and nothing in the forward
+/// pass is rounded below f32: what is left is the order of f32 sums (~1e-6 relative), far
+/// inside 1e-3. The GPU backends' caches hold f16, so every key and value is rounded to 11
+/// significant bits (relative 2^-11 ≈ 4.9e-4); with logits up to ~3 that alone moves them by
+/// up to ~1.5e-3, even for a one-token prompt whose attention output is its own value row:
+/// there the bound is 2e-3. A wrong rope, norm or tensor mapping moves logits by tenths or more.
+pub fn f32_check_cache() -> (KvType, f32) {
+    match test_device() {
+        Device::Cpu => (KvType::F32, 1e-3),
+        _ => (KvType::F16, 2e-3),
+    }
+}
+
 /// Check the f32 model at `model` (a folder or a GGUF file) against the transformers
 /// reference in `ref_dir`: the hidden-state norm after every layer (so a failure names the
 /// first layer that diverges), the last-position logits and the greedy tokens.
 pub fn check_f32_model(model: &Path, ref_dir: &Path) {
+    let (kv_type, bound) = f32_check_cache();
+    check_model_with(model, &ref_dir.join("reference.json"), 1024, kv_type, bound);
+}
+
+/// [`check_f32_model`] against the reference file `ref_file`, with an `n_ctx`-token context,
+/// a KV cache of type `kv_type` and a bound on the logits.
+pub fn check_model_with(model: &Path, ref_file: &Path, n_ctx: usize, kv_type: KvType, bound: f32) {
     let name = model
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or("model");
-    let r = reference(ref_dir);
-    let mut engine = open_engine(model);
+    let r: Reference = read_json(ref_file);
+    let mut engine = open_engine_with(model, n_ctx, kv_type);
     for p in &r.prompts {
         let norms = engine.hidden_norms(&p.ids).expect("traced run");
         assert_eq!(norms.len(), p.hidden_norms.len(), "{name}: hidden states");
@@ -112,11 +139,11 @@ pub fn check_f32_model(model: &Path, ref_dir: &Path) {
     for (got, p) in greedy.iter().zip(&r.prompts) {
         assert_eq!(got, &p.greedy, "{name}: greedy tokens after {:?}", p.ids);
     }
-    // NOTE: the KV cache holds f16, so every key and value is rounded to 11 significant bits
-    // (relative 2^-11 ≈ 4.9e-4); with logits up to ~3 that alone moves them by up to ~1.5e-3,
-    // even for a one-token prompt whose attention output is its own value row. A wrong rope,
-    // norm or tensor mapping moves them by tenths or more.
-    assert!(max_diff < 2e-3, "{name}: max |logit diff| {max_diff}");
+    eprintln!("{name}: {kv_type} KV cache, bound {bound:e}");
+    assert!(
+        max_diff < bound,
+        "{name}: max |logit diff| {max_diff} ({kv_type} KV cache)"
+    );
 }
 
 /// A scratch copy of a fixture folder.

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hearth_engine::{Device, Engine, EngineOptions};
+use hearth_engine::{Device, Engine, EngineOptions, KvType};
 
 pub mod hf;
 
@@ -65,10 +65,16 @@ pub fn test_device() -> Device {
 
 /// The engine as the tests use it: 2 threads (as the goldens were made), 1024-token context.
 pub fn open_engine(path: &Path) -> Engine {
+    open_engine_with(path, 1024, KvType::F16)
+}
+
+/// [`open_engine`] with an `n_ctx`-token context and a KV cache of type `kv_type`.
+pub fn open_engine_with(path: &Path, n_ctx: usize, kv_type: KvType) -> Engine {
     let opts = EngineOptions {
-        n_ctx: 1024,
+        n_ctx,
         n_threads: 2,
         device: test_device(),
+        kv_type,
         ..EngineOptions::default()
     };
     Engine::load(path, &opts).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

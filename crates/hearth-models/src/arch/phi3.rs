@@ -16,8 +16,8 @@ pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
     let mut c = hp.into_config(arch, super::n_vocab(file)?, RopeKind::Neox);
     c.fused_projections = true;
     // LongRoPE: llama.cpp's converter stores the factors as tensors and the attention factor
-    // as a key. NOTE: like the HF path, hearth uses the short factors and refuses positions
-    // where the long ones would apply (see hf::rope).
+    // as a key; the long factors replace the short ones in contexts longer than the original
+    // (see DecoderConfig::fit_context).
     let short = super::vector_f32(file, "rope_factors_short.weight", c.rope.n_rot / 2)?;
     if let Some(short) = short {
         let key = "phi3.rope.scaling.attn_factor";
@@ -31,12 +31,16 @@ pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
         c.rope.freq_factors = short;
         c.attn_scale *= attn * attn;
         let old = meta.require_u32("phi3.rope.scaling.original_context_length")?;
-        c.position_limit = Some(crate::PositionLimit {
-            position: old as usize,
-            reason: format!(
-                "LongRoPE's long factors (from phi3.rope.scaling.original_context_length = \
-                 {old} on) are not supported yet"
-            ),
+        let long_name = "rope_factors_long.weight";
+        let long = super::vector_f32(file, long_name, c.rope.n_rot / 2)?.ok_or_else(|| {
+            ModelError::BadTensor {
+                name: long_name.into(),
+                reason: "is missing beside rope_factors_short.weight".into(),
+            }
+        })?;
+        c.long_rope = Some(crate::LongRope {
+            original_context: old as usize,
+            long_factors: long,
         });
     }
     if let Some(window) = meta.get_u32("phi3.attention.sliding_window")? {

@@ -28,8 +28,8 @@ pub struct RopeSettings {
     pub factor: Option<f64>,
     /// Its `original_max_position_embeddings` (YaRN, LongRoPE).
     pub original_context: Option<f64>,
-    /// LongRoPE's `long_factor`, used from `original_context` on; empty for other scalings.
-    pub long_factors: Vec<f32>,
+    /// LongRoPE's factors for long contexts (see `DecoderConfig::long_rope`).
+    pub long_rope: Option<crate::LongRope>,
 }
 
 /// The scaling object and the name errors give it.
@@ -150,7 +150,7 @@ pub fn read(
         kind: String::new(),
         factor: None,
         original_context: None,
-        long_factors: Vec::new(),
+        long_rope: None,
     };
     scale(&s, &mut out)?;
     Ok(out)
@@ -225,12 +225,11 @@ fn scale(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// LongRoPE (Phi 3): per-frequency divisors and an attention factor.
+/// LongRoPE (Phi 3): per-frequency divisors, short and long, and an attention factor.
 ///
-/// NOTE: transformers switches from `short_factor` to `long_factor` once a sequence grows
-/// past `original_max_position_embeddings` (llama.cpp: once the context size does). hearth
-/// keeps one set of frequencies for a model and uses the short factors, so it is exact up to
-/// that length and refuses positions beyond it: the long factors are not used yet.
+/// The short factors go in `freq_factors`; the long ones replace them when the model runs
+/// with a context longer than `original_max_position_embeddings` (see
+/// `DecoderConfig::fit_context` for how that follows llama.cpp and transformers).
 fn longrope(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
     let old_context = match s.num("original_max_position_embeddings")? {
         Some(n) => n,
@@ -251,15 +250,10 @@ fn longrope(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
         None => s.cfg.require_usize("max_position_embeddings")? as f64 / old_context,
     };
     out.freq_factors = s.factor_list("short_factor", out.n_rot / 2)?;
-    out.position_limit = Some(crate::PositionLimit {
-        position: old_context as usize,
-        reason: format!(
-            "LongRoPE's long factors (from original_max_position_embeddings = {old_context} on) \
-             are not supported yet"
-        ),
+    out.long_rope = Some(crate::LongRope {
+        original_context: old_context as usize,
+        long_factors: s.factor_list("long_factor", out.n_rot / 2)?,
     });
-    // Not run yet, but checked now and kept for `hearth convert`, which writes them.
-    out.long_factors = s.factor_list("long_factor", out.n_rot / 2)?;
     out.original_context = Some(old_context);
     out.attn_factor = match s.num("attention_factor")? {
         Some(a) => a,

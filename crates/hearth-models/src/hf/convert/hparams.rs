@@ -139,7 +139,8 @@ fn rope_keys(
             kv.push((key("attn_factor"), Value::F32(rope.attn_factor as f32)));
             let old = rope.original_context.unwrap_or(0.0);
             kv.push((key("original_context_length"), Value::U32(old as u32)));
-            extra.push(factors("rope_factors_long.weight", rope.long_factors));
+            let long = rope.long_rope.map(|l| l.long_factors).unwrap_or_default();
+            extra.push(factors("rope_factors_long.weight", long));
             extra.push(factors("rope_factors_short.weight", rope.freq_factors));
         }
         // Default rope, and dynamic NTK, which llama.cpp's keys cannot carry: the read-back
