@@ -1,105 +1,80 @@
-//! `hearth convert`'s library: the tiny HF fixtures converted to GGUF F16 / BF16 / Q8_0, loaded
-//! back through the GGUF path (llama.cpp names, Q/K row permutation, normal rope) and checked
+//! `hearth convert`'s library: the tiny HF fixtures converted to GGUF F32 / F16 / BF16 / Q8_0,
+//! loaded back through the GGUF path (llama.cpp names, keys and tensor transforms: Q/K row
+//! permutation, Gemma's 1 + w norms, stacked experts, LongRoPE factor tensors) and checked
 //! against the fixtures' HF transformers references.
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use common::{argmax, open_engine, read_json, repo_root};
-use hearth_engine::Sequence;
+use common::hf::{check_f32_model, edit, fixture, reference, run_prompts, scratch_copy};
+use common::open_engine;
 use hearth_gguf::GgufFile;
 use hearth_models::hf::convert::convert_folder;
 use hearth_quant::GgmlType;
-use serde::Deserialize;
 
-#[derive(Deserialize)]
-struct Reference {
-    prompts: Vec<PromptRef>,
-}
-
-#[derive(Deserialize)]
-struct PromptRef {
-    ids: Vec<u32>,
-    last_logits: Vec<f32>,
-    greedy: Vec<u32>,
-}
-
-/// Converts fixture `name` to a scratch GGUF of `ty` (`tag` keeps parallel tests apart);
+/// Converts folder `dir` to a scratch GGUF of `ty` (`tag` keeps parallel tests apart);
 /// returns its path.
-fn convert(name: &str, ty: GgmlType, tag: &str) -> PathBuf {
-    let dir = repo_root().join("tests/fixtures").join(name);
+fn convert_dir(dir: &std::path::Path, ty: GgmlType, tag: &str) -> PathBuf {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("model");
     let out = std::env::temp_dir().join(format!(
         "hearth-convert-{}-{name}-{ty}-{tag}.gguf",
         std::process::id()
     ));
-    convert_folder(&dir, &out, ty).unwrap_or_else(|e| panic!("{name} to {ty}: {e}"));
+    convert_folder(dir, &out, ty).unwrap_or_else(|e| panic!("{name} to {ty}: {e}"));
     out
 }
 
-/// Per prompt: whether all greedy tokens equal transformers', and whether the first one must
-/// (the reference's top-2 margin is wider than twice `bound`, so no error within the bound
-/// can flip it) and does.
-struct Greedy {
-    all_same: bool,
-    first_ok: bool,
+/// Converts fixture `name` to a scratch GGUF of `ty`.
+fn convert(name: &str, ty: GgmlType, tag: &str) -> PathBuf {
+    convert_dir(&fixture(name), ty, tag)
 }
 
-/// Largest |hearth − transformers| over the last logits, and the greedy comparison.
-fn compare(name: &str, gguf: &Path, bound: f32) -> (f32, Vec<Greedy>) {
-    let r: Reference = read_json(
-        &repo_root()
-            .join("tests/fixtures")
-            .join(name)
-            .join("reference.json"),
+/// Converts fixture `name` to `ty` and checks the file against transformers: max |logit
+/// diff| over the last positions below `bound`, and every first greedy token the reference
+/// decides by more than twice the bound (so no error within the bound can flip it) equal;
+/// with `all_greedy`, all 8 greedy tokens of every prompt equal. Returns the max diff.
+fn check(name: &str, ty: GgmlType, bound: f32, all_greedy: bool) -> f32 {
+    let gguf = convert(name, ty, "logits");
+    let r = reference(&fixture(name));
+    let mut engine = open_engine(&gguf);
+    let (max_diff, greedy) = run_prompts(&mut engine, &r);
+    drop(engine);
+    let _ = std::fs::remove_file(&gguf);
+    eprintln!("{name} {ty}: max |logit diff| = {max_diff:e}");
+    assert!(max_diff < bound, "{name} {ty}: max |logit diff| {max_diff}");
+    let n_same = greedy
+        .iter()
+        .zip(&r.prompts)
+        .filter(|(g, p)| **g == p.greedy)
+        .count();
+    eprintln!(
+        "{name} {ty}: {n_same} of {} prompts give transformers' 8 greedy tokens",
+        r.prompts.len()
     );
-    let mut engine = open_engine(gguf);
-    let mut max_diff = 0f32;
-    let mut same = Vec::new();
-    for p in &r.prompts {
-        let mut seq = Sequence::new();
-        let mut logits = engine.feed(&mut seq, &p.ids).expect("prompt runs");
-        assert_eq!(logits.len(), p.last_logits.len(), "vocabulary size");
-        for (a, b) in logits.iter().zip(&p.last_logits) {
-            max_diff = max_diff.max((a - b).abs());
-        }
+    for (g, p) in greedy.iter().zip(&r.prompts) {
         let mut sorted = p.last_logits.clone();
         sorted.sort_by(|a, b| b.total_cmp(a));
         let decided = sorted[0] - sorted[1] > 2.0 * bound;
-        let first_ok = !decided || argmax(&logits) == p.greedy[0];
-        let mut tokens = Vec::new();
-        for _ in 0..p.greedy.len() {
-            let t = argmax(&logits);
-            tokens.push(t);
-            logits = engine.step(&mut seq, &[t]).expect("step runs");
-        }
-        engine.release(&mut seq);
-        same.push(Greedy {
-            all_same: tokens == p.greedy,
-            first_ok,
-        });
+        assert!(
+            !decided || g[0] == p.greedy[0],
+            "{name} {ty}: a decided first token differs after {:?}",
+            p.ids
+        );
     }
-    eprintln!("{name} {}: max |logit diff| = {max_diff:e}", gguf.display());
-    (max_diff, same)
+    if all_greedy {
+        assert_eq!(n_same, r.prompts.len(), "{name} {ty}: greedy tokens");
+    }
+    max_diff
 }
 
-fn check(name: &str, ty: GgmlType, bound: f32, all_greedy: bool) {
-    let gguf = convert(name, ty, "logits");
-    let (max_diff, same) = compare(name, &gguf, bound);
+/// F32 keeps the checkpoint's values (plus Gemma's exact 1 + w): the converted file must
+/// pass the folder's own f32 check (hidden-state norms per layer, logits within 2e-3,
+/// every greedy token).
+fn check_f32(name: &str) {
+    let gguf = convert(name, GgmlType::F32, "f32");
+    check_f32_model(&gguf, &fixture(name));
     let _ = std::fs::remove_file(&gguf);
-    assert!(max_diff < bound, "{name} {ty}: max |logit diff| {max_diff}");
-    let n_same = same.iter().filter(|g| g.all_same).count();
-    eprintln!(
-        "{name} {ty}: {n_same} of {} prompts give transformers' 8 greedy tokens",
-        same.len()
-    );
-    assert!(
-        same.iter().all(|g| g.first_ok),
-        "{name} {ty}: a decided first token differs"
-    );
-    if all_greedy {
-        assert_eq!(n_same, same.len(), "{name} {ty}: greedy tokens");
-    }
 }
 
 // NOTE on the bounds: F16 rounds weights (and the activations of the dot products) to 11
@@ -174,16 +149,255 @@ fn metadata_and_names_are_llama_cpp_s() {
 
 #[test]
 fn mlx_folders_and_bad_types_are_refused_by_name() {
-    let dir = repo_root().join("tests/fixtures/mlx-tiny-llama-q4");
+    let dir = fixture("mlx-tiny-llama-q4");
     let out = std::env::temp_dir().join(format!("hearth-convert-{}-mlx.gguf", std::process::id()));
     let e = convert_folder(&dir, &out, GgmlType::F16)
         .unwrap_err()
         .to_string();
     assert!(e.contains("config.json") && e.contains("MLX"), "{e}");
-    let dir = repo_root().join("tests/fixtures/hf-tiny-llama");
+    let dir = fixture("hf-tiny-llama");
     let e = convert_folder(&dir, &out, GgmlType::Q4_K)
         .unwrap_err()
         .to_string();
     assert!(e.contains("--type") && e.contains("q8_0"), "{e}");
     assert!(!out.exists());
+}
+
+/// F16's bound (see the note above).
+const F16_BOUND: f32 = 1e-2;
+/// Q8_0's bound (see the note above).
+const Q8_BOUND: f32 = 0.15;
+
+/// Tests `$family::{f32, f16, q8_0}`: fixture `$dir` converted to each type and checked
+/// against transformers.
+macro_rules! converts {
+    ($family:ident, $dir:literal) => {
+        mod $family {
+            use super::*;
+
+            #[test]
+            fn f32() {
+                check_f32($dir);
+            }
+
+            #[test]
+            fn f16() {
+                check($dir, GgmlType::F16, F16_BOUND, true);
+            }
+
+            #[test]
+            fn q8_0() {
+                check($dir, GgmlType::Q8_0, Q8_BOUND, false);
+            }
+        }
+    };
+}
+
+// Mistral: GGUF "llama" (permuted Q/K) with its 4-token window in every layer.
+converts!(mistral, "hf-tiny-mistral");
+// Mixtral: GGUF "llama" with 4 experts stacked per projection, 2 used.
+converts!(mixtral, "hf-tiny-mixtral");
+// Qwen 3 MoE: QK-norm, experts of width 32, tied embeddings.
+converts!(qwen3_moe, "hf-tiny-qwen3-moe");
+// Gemma: 1 + w norms, head_dim 32 ≠ 64 / 4, tied embeddings.
+converts!(gemma, "hf-tiny-gemma");
+// Gemma 2: soft caps, post-norms, sliding layer 0 and global layer 1 (llama.cpp's layout).
+converts!(gemma2, "hf-tiny-gemma2");
+// Gemma 3: QK-norm (1 + w too), linear ×8 rope on the global layer only, and a layout and
+// query_pre_attn_scalar llama.cpp's fixed rules do not give (keys written for them).
+converts!(gemma3, "hf-tiny-gemma3");
+// Phi 3: fused qkv and gate_up, partial rotation, 4-token window.
+converts!(phi3, "hf-tiny-phi3");
+// Phi 3 LongRoPE: factor tensors and attention factor.
+converts!(phi3_longrope, "hf-tiny-phi3-longrope");
+
+// Llama rope scalings: linear (keys), YaRN (keys, as llama.cpp; no factor tensor).
+converts!(llama_linear, "hf-tiny-llama-linear");
+converts!(llama_yarn, "hf-tiny-llama-yarn");
+
+/// Metadata key `key` of `file` as text, "absent" when missing.
+fn key(file: &GgufFile, key: &str) -> String {
+    file.metadata()
+        .get(key)
+        .map_or_else(|| "absent".into(), |v| v.to_string())
+}
+
+/// The families' llama.cpp names, keys and types.
+#[test]
+fn families_get_llama_cpp_s_names_and_keys() {
+    let open = |name: &str| {
+        let gguf = convert(name, GgmlType::Q8_0, "keys");
+        let file = GgufFile::open(&gguf).expect("converted file opens");
+        let _ = std::fs::remove_file(&gguf);
+        file
+    };
+    let dims = |f: &GgufFile, n: &str| f.tensor(n).expect(n).dims.clone();
+    let ty = |f: &GgufFile, n: &str| f.tensor(n).expect(n).ty;
+
+    let f = open("hf-tiny-mistral");
+    assert_eq!(key(&f, "general.architecture"), "\"llama\"");
+    assert_eq!(key(&f, "llama.attention.sliding_window"), "4");
+
+    let f = open("hf-tiny-mixtral");
+    assert_eq!(key(&f, "general.architecture"), "\"llama\"");
+    assert_eq!(key(&f, "llama.expert_count"), "4");
+    assert_eq!(key(&f, "llama.expert_used_count"), "2");
+    assert_eq!(key(&f, "llama.expert_feed_forward_length"), "absent");
+    assert_eq!(dims(&f, "blk.1.ffn_gate_exps.weight"), [64, 64, 4]);
+    assert_eq!(ty(&f, "blk.1.ffn_down_exps.weight"), GgmlType::Q8_0);
+    // llama.cpp keeps the router in F32.
+    assert_eq!(ty(&f, "blk.0.ffn_gate_inp.weight"), GgmlType::F32);
+    assert_eq!(dims(&f, "blk.0.ffn_gate_inp.weight"), [64, 4]);
+
+    let f = open("hf-tiny-qwen3-moe");
+    assert_eq!(key(&f, "general.architecture"), "\"qwen3moe\"");
+    assert_eq!(key(&f, "qwen3moe.expert_feed_forward_length"), "32");
+    assert_eq!(dims(&f, "blk.0.ffn_down_exps.weight"), [32, 64, 4]);
+    assert_eq!(dims(&f, "blk.0.ffn_up_exps.weight"), [64, 32, 4]);
+    assert!(f.tensor("output.weight").is_none(), "tied: no output");
+
+    let f = open("hf-tiny-gemma2");
+    assert_eq!(key(&f, "gemma2.attn_logit_softcapping"), "2");
+    assert_eq!(key(&f, "gemma2.final_logit_softcapping"), "3");
+    assert_eq!(key(&f, "gemma2.attention.sliding_window"), "4");
+    // Its layout and scale are what llama.cpp derives: no extra keys.
+    assert_eq!(key(&f, "gemma2.attention.sliding_window_pattern"), "absent");
+    assert_eq!(key(&f, "gemma2.attention.scale"), "absent");
+    for n in ["post_attention_norm", "ffn_norm", "post_ffw_norm"] {
+        assert_eq!(ty(&f, &format!("blk.1.{n}.weight")), GgmlType::F32, "{n}");
+    }
+
+    let f = open("hf-tiny-gemma3");
+    assert_eq!(key(&f, "gemma3.rope.scaling.type"), "\"linear\"");
+    assert_eq!(key(&f, "gemma3.rope.scaling.factor"), "8");
+    assert_eq!(key(&f, "gemma3.rope.freq_base"), "1000000");
+    let pattern = key(&f, "gemma3.attention.sliding_window_pattern");
+    assert_eq!(pattern, "[2 × bool: true, false]");
+    let scale = f.metadata().get_f32("gemma3.attention.scale").unwrap();
+    assert!(
+        scale.is_some_and(|s| (s - 1.0 / 24f32.sqrt()).abs() < 1e-7),
+        "{scale:?}"
+    );
+    assert!(f.tensor("blk.0.attn_q_norm.weight").is_some());
+
+    let f = open("hf-tiny-phi3-longrope");
+    // q: 4 heads × 16, k and v: 2 heads × 16 each.
+    assert_eq!(dims(&f, "blk.0.attn_qkv.weight"), [64, 128]);
+    assert_eq!(dims(&f, "blk.0.ffn_up.weight"), [64, 256]);
+    assert!(f.tensor("blk.0.ffn_gate.weight").is_none());
+    assert_eq!(dims(&f, "rope_factors_long.weight"), [8]);
+    assert_eq!(dims(&f, "rope_factors_short.weight"), [8]);
+    assert_eq!(key(&f, "phi3.rope.scaling.original_context_length"), "64");
+    assert!(f
+        .metadata()
+        .get_f32("phi3.rope.scaling.attn_factor")
+        .unwrap()
+        .is_some());
+}
+
+/// What convert cannot write is an error naming the file and key, and leaves no file.
+#[test]
+fn unconvertible_folders_are_refused_by_name() {
+    let out = std::env::temp_dir().join(format!(
+        "hearth-convert-{}-refused.gguf",
+        std::process::id()
+    ));
+    let refused = |dir: PathBuf| {
+        let e = convert_folder(&dir, &out, GgmlType::F16)
+            .unwrap_err()
+            .to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("{e}");
+        assert!(!out.exists(), "{e}");
+        e
+    };
+    let dir = scratch_copy("hf-tiny-llama", "convert-arch");
+    edit(
+        &dir.join("config.json"),
+        "LlamaForCausalLM",
+        "GPT2LMHeadModel",
+    );
+    let e = refused(dir);
+    assert!(
+        e.contains("config.json") && e.contains("'architectures'") && e.contains("GPT2LMHeadModel"),
+        "{e}"
+    );
+
+    let dir = scratch_copy("hf-tiny-mistral", "convert-spm");
+    edit(
+        &dir.join("tokenizer.json"),
+        "\"type\": \"ByteLevel\"",
+        "\"type\": \"Metaspace\"",
+    );
+    let e = refused(dir);
+    assert!(
+        e.contains("tokenizer.json") && e.contains("'pre_tokenizer'"),
+        "{e}"
+    );
+
+    // Dynamic NTK scaling has no llama.cpp key: the converted file would run plain rope
+    // past the position where transformers changes the base.
+    let e = refused(scratch_copy("hf-tiny-llama-dynamic", "convert-dynamic"));
+    assert!(
+        e.contains("config.json") && e.contains("position_limit"),
+        "{e}"
+    );
+
+    // llama.cpp fixes Gemma 3's sliding-layer rope base at 10000.
+    let dir = scratch_copy("hf-tiny-gemma3", "convert-rope");
+    edit(
+        &dir.join("config.json"),
+        "\"rope_theta\": 10000.0",
+        "\"rope_theta\": 20000.0",
+    );
+    let e = refused(dir);
+    assert!(
+        e.contains("config.json") && e.contains("rope_sliding") && e.contains("freq_base"),
+        "{e}"
+    );
+}
+
+/// The fixtures the tests above convert.
+const CONVERTED: &[&str] = &[
+    "hf-tiny-llama",
+    "hf-tiny-llama-linear",
+    "hf-tiny-llama-yarn",
+    "hf-tiny-qwen2",
+    "hf-tiny-qwen3",
+    "hf-tiny-mistral",
+    "hf-tiny-mixtral",
+    "hf-tiny-qwen3-moe",
+    "hf-tiny-gemma",
+    "hf-tiny-gemma2",
+    "hf-tiny-gemma3",
+    "hf-tiny-phi3",
+    "hf-tiny-phi3-longrope",
+];
+
+/// Every HF architecture hearth runs has a convert row, and every row a fixture converted
+/// above; adding either without the other fails here.
+#[test]
+fn every_hf_architecture_converts_and_has_a_fixture() {
+    use hearth_models::hf::convert::CONVERT_ARCHS;
+    let arch_of = |name: &str| -> String {
+        let cfg: serde_json::Value = common::read_json(&fixture(name).join("config.json"));
+        cfg["architectures"][0]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let covered: Vec<String> = CONVERTED.iter().map(|n| arch_of(n)).collect();
+    for (hf, _) in hearth_models::registry::HF_ARCHITECTURES {
+        assert!(
+            CONVERT_ARCHS.iter().any(|a| a.hf == *hf),
+            "{hf} runs from HF folders but has no convert row"
+        );
+    }
+    for row in CONVERT_ARCHS {
+        assert!(
+            covered.iter().any(|a| a == row.hf),
+            "convert row {} has no fixture in CONVERTED",
+            row.hf
+        );
+    }
 }

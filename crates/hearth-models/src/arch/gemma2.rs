@@ -44,15 +44,10 @@ pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
     }
     c.sliding_window = Some(window);
     // Even layers slide, odd layers attend globally (llama.cpp and transformers agree).
-    c.layer_kinds = (0..c.n_layers)
-        .map(|il| {
-            if il % 2 == 0 {
-                LayerKind::Sliding
-            } else {
-                LayerKind::Global
-            }
-        })
-        .collect();
+    c.layer_kinds = super::sliding_layers(meta, arch, c.n_layers, 2)?;
+    if let Some(scale) = super::attention_scale(meta, arch)? {
+        c.attn_scale = scale;
+    }
     Ok(c)
 }
 

@@ -5,7 +5,7 @@ use hearth_backend::{Activation, RopeKind};
 use hearth_gguf::GgufFile;
 
 use crate::hf::config::{decoder_config, layer_type_rope, HfConfig};
-use crate::{config::CommonHparams, DecoderConfig, LayerKind, ModelError};
+use crate::{config::CommonHparams, DecoderConfig, ModelError};
 
 /// Every sixth layer attends globally; the others see a sliding window.
 const SLIDING_PATTERN: usize = 6;
@@ -36,15 +36,10 @@ pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
         });
     }
     c.sliding_window = Some(window);
-    c.layer_kinds = (0..c.n_layers)
-        .map(|il| {
-            if il % SLIDING_PATTERN < SLIDING_PATTERN - 1 {
-                LayerKind::Sliding
-            } else {
-                LayerKind::Global
-            }
-        })
-        .collect();
+    c.layer_kinds = super::sliding_layers(meta, arch, c.n_layers, SLIDING_PATTERN)?;
+    if let Some(scale) = super::attention_scale(meta, arch)? {
+        c.attn_scale = scale;
+    }
     c.rope_sliding.freq_base = SLIDING_ROPE_BASE;
     c.rope_sliding.freq_scale = 1.0;
     Ok(c)

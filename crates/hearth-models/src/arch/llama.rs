@@ -17,6 +17,15 @@ pub fn config(file: &GgufFile) -> Result<DecoderConfig, ModelError> {
         c.rope.freq_factors = factors;
     }
     c.rope_sliding = c.rope.clone();
+    // NOTE: llama.cpp runs "llama" without a window; `hearth convert` writes Mistral's
+    // `sliding_window` here (llama.cpp ignores it), and every layer then slides.
+    let key = "llama.attention.sliding_window";
+    if let Some(window) = file.metadata().get_u32(key)? {
+        if window > 0 {
+            c.sliding_window = Some(window as usize);
+            c.layer_kinds = vec![crate::LayerKind::Sliding; c.n_layers];
+        }
+    }
     // Mixtral is "llama" with experts: each expert is `feed_forward_length` wide.
     c.moe = MoeConfig::from_gguf(file.metadata(), arch, "feed_forward_length")?;
     Ok(c)

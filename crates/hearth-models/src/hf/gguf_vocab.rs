@@ -47,6 +47,13 @@ pub fn add_tokenizer(
             "is not \"BPE\": only byte-level BPE tokenizers can be converted yet",
         ));
     }
+    if !byte_level(tj.get("pre_tokenizer")) {
+        return Err(tj.error(
+            "pre_tokenizer",
+            "has no ByteLevel step: a SentencePiece-style tokenizer, which convert does not \
+             write yet (only byte-level BPE)",
+        ));
+    }
     let (tokens, types) = vocab(&tj, model, ck.config.n_vocab)?;
     let merges = merges(&tj, model)?;
     let id_of = |s: &str| tokens.iter().position(|t| t == s).map(|i| i as u32);
@@ -106,6 +113,23 @@ pub fn add_tokenizer(
         w.add_kv(k, v)?;
     }
     Ok(())
+}
+
+/// Whether a `pre_tokenizer` is (or has, in a `Sequence`) a `ByteLevel` step: GPT-2-style
+/// byte-level BPE, the kind llama.cpp's "gpt2" tokenizer model runs. SentencePiece-style
+/// tokenizer.json files (Gemma, Mistral v0.1, Phi 3 mini) have none.
+fn byte_level(pre: Option<&Json>) -> bool {
+    let Some(pre) = pre else {
+        return false;
+    };
+    match pre.get("type").and_then(Json::as_str) {
+        Some("ByteLevel") => true,
+        Some("Sequence") => pre
+            .get("pretokenizers")
+            .and_then(Json::as_array)
+            .is_some_and(|steps| steps.iter().any(|s| byte_level(Some(s)))),
+        _ => false,
+    }
 }
 
 /// Token strings and types by id, `n_vocab` of them (holes become unused `[PADi]` tokens).

@@ -22,6 +22,12 @@ pub struct RopeSettings {
     pub attn_factor: f64,
     /// Where the scaling stops being what hearth runs (see `DecoderConfig::position_limit`).
     pub position_limit: Option<crate::PositionLimit>,
+    /// The scaling's `rope_type` (`default`, `linear`, `llama3`, `yarn`, `longrope`, `dynamic`).
+    pub kind: String,
+    /// Its `factor` (YaRN; the others keep theirs in the fields above).
+    pub factor: Option<f64>,
+    /// Its `original_max_position_embeddings` (YaRN, LongRoPE).
+    pub original_context: Option<f64>,
     /// LongRoPE's factors for long contexts (see `DecoderConfig::long_rope`).
     pub long_rope: Option<crate::LongRope>,
 }
@@ -141,6 +147,9 @@ pub fn read(
         freq_factors: Vec::new(),
         attn_factor: 1.0,
         position_limit: None,
+        kind: String::new(),
+        factor: None,
+        original_context: None,
         long_rope: None,
     };
     scale(&s, &mut out)?;
@@ -155,6 +164,7 @@ fn scale(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
         .and_then(Value::as_str)
         .unwrap_or("default");
     let (theta, dim) = (out.theta, out.n_rot);
+    out.kind = kind.to_string();
     match kind {
         "default" => {}
         "linear" => out.freq_scale = (1.0 / s.factor("factor")?) as f32,
@@ -182,6 +192,8 @@ fn scale(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
                 beta_slow: s.num("beta_slow")?.unwrap_or(1.0),
                 truncate,
             };
+            out.factor = Some(yarn.factor);
+            out.original_context = Some(yarn.old_context);
             out.freq_factors = yarn.factors(theta, dim);
             out.attn_factor = match s.num("attention_factor")? {
                 Some(a) => a,
@@ -242,6 +254,7 @@ fn longrope(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
         original_context: old_context as usize,
         long_factors: s.factor_list("long_factor", out.n_rot / 2)?,
     });
+    out.original_context = Some(old_context);
     out.attn_factor = match s.num("attention_factor")? {
         Some(a) => a,
         None => longrope_attn_factor(factor, old_context),
