@@ -7,7 +7,7 @@
 // shared exponent, added with a sticky bit for what alignment shifts out, then rounded once.
 // Results below the normal range give ±0 (they do not occur in the matmul sums).
 
-// Bits 0..32 and 32..64 of a 64-bit value.
+// `v << s` (s < 64) for a 64-bit value.
 fn shl64(v: vec2<u32>, s: u32) -> vec2<u32> {
     if (s == 0u) {
         return v;
