@@ -16,7 +16,7 @@ cargo test --workspace --locked --no-fail-fast "$@"
 # The golden model tests again with the wgpu backend (lavapipe here): small models, few tokens.
 if [[ "${HEARTH_REQUIRE_WGPU:-}" == 1 ]]; then
     HEARTH_TEST_DEVICE=wgpu cargo test -p hearth-engine --test golden_models --locked \
-        -- qwen3_tiny_f16 smollm2_logits
+        -- qwen3_tiny_f16 qwen3_tiny_q8_0_logits smollm2_logits
 else
     echo "skipping the golden model tests on wgpu: no Vulkan driver (see scripts/setup-lavapipe.sh)"
 fi

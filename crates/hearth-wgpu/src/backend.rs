@@ -10,6 +10,7 @@ use hearth_quant::GgmlType;
 use wgpu::util::DeviceExt;
 
 use crate::device::{AdapterInfo, Gpu};
+use crate::int8::Inputs;
 use crate::kernels::{block_reader, Module};
 use crate::recorder::{Bind, Grid, Recorder};
 use crate::WgpuError;
@@ -134,7 +135,7 @@ impl WgpuBackend {
 
     /// Record one dispatch of the element-wise module over `(n, cols)`: `n` items (values or
     /// blocks) of rows of `cols`.
-    fn elementwise(
+    pub(crate) fn elementwise(
         &self,
         entry: &'static str,
         x: &wgpu::Buffer,
@@ -166,13 +167,16 @@ impl WgpuBackend {
         )?)
     }
 
-    fn matmul_into(
+    /// `out (+)= W · x`, taking `x` from `inputs` in the form the weight type needs
+    /// (quantized or rounded once per form, however many weights read it).
+    fn matmul_with(
         &self,
         w: &WgpuWeight,
-        x: &WgpuTensor,
+        inputs: &mut Inputs,
         out: &mut WgpuTensor,
         accumulate: bool,
     ) -> Result<(), BackendError> {
+        let x = inputs.x;
         check(
             x.cols == w.cols && (out.rows, out.cols) == (x.rows, w.rows),
             || {
@@ -182,8 +186,10 @@ impl WgpuBackend {
                 )
             },
         )?;
-        let rounded = self.round_activations(w.ty, x)?;
-        let x = rounded.as_ref().unwrap_or(x);
+        if self.matmul_int8(w, inputs, out, accumulate)?.is_some() {
+            return Ok(());
+        }
+        let x = self.rounded_input(w.ty, inputs)?.unwrap_or(x);
         let params = words(&[
             w.rows as u32,
             w.cols as u32,
@@ -233,31 +239,7 @@ impl WgpuBackend {
         Ok(self.gpu.take_error()?)
     }
 
-    /// `x` rounded as llama.cpp's CPU code rounds the activations of a matmul with a `ty`
-    /// weight (8-bit blocks for quantized weights, f16 for f16 ones), or `None` for f32 weights.
-    ///
-    /// NOTE: the golden model tests compare greedy tokens with llama.cpp, and small models
-    /// amplify this rounding: without it a Q8_0 model parts ways with the reference.
-    fn round_activations(
-        &self,
-        ty: GgmlType,
-        x: &WgpuTensor,
-    ) -> Result<Option<WgpuTensor>, BackendError> {
-        let n = x.rows * x.cols;
-        let (entry, items) = match hearth_quant::matmul_activation_type(ty) {
-            Some(GgmlType::Q8_0 | GgmlType::Q8_1) if x.cols.is_multiple_of(32) => {
-                ("quant_q8_0", n / 32)
-            }
-            Some(GgmlType::Q8_K) if x.cols.is_multiple_of(256) => ("quant_q8_k", n / 256),
-            Some(GgmlType::F16) => ("round_f16", n),
-            _ => return Ok(None),
-        };
-        let out = self.alloc(x.rows, x.cols)?;
-        self.elementwise(entry, &out.buf, Some(&x.buf), (items, x.cols), 0.0, &[])?;
-        Ok(Some(out))
-    }
-
-    fn read_back(&self, t: &WgpuTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
+    pub(crate) fn read_back(&self, t: &WgpuTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
         let bytes = (t.rows * t.cols * 4) as u64;
         out.clear();
         if bytes == 0 {
@@ -356,6 +338,7 @@ impl Backend for WgpuBackend {
                 row_bytes: 4 * w.cols,
             });
         }
+        // Every type of the 8-bit matmuls also has an f32 kernel (and an embedding reader).
         let Some((block, block_bytes, _)) = block_reader(w.ty) else {
             return Err(BackendError::Unsupported(format!(
                 "tensor '{}': {} weights are not supported by the wgpu backend yet",
@@ -472,7 +455,35 @@ impl Backend for WgpuBackend {
         x: &WgpuTensor,
         out: &mut WgpuTensor,
     ) -> Result<(), BackendError> {
-        self.matmul_into(w, x, out, false)
+        self.matmul_with(w, &mut Inputs::new(x), out, false)
+    }
+
+    fn matmul3(
+        &self,
+        w: [&WgpuWeight; 3],
+        x: &WgpuTensor,
+        out: [&mut WgpuTensor; 3],
+    ) -> Result<(), BackendError> {
+        let mut inputs = Inputs::new(x);
+        for (w, o) in w.into_iter().zip(out) {
+            self.matmul_with(w, &mut inputs, o, false)?;
+        }
+        Ok(())
+    }
+
+    fn gated_matmul(
+        &self,
+        gate: &WgpuWeight,
+        up: &WgpuWeight,
+        x: &WgpuTensor,
+        act: Activation,
+        out: &mut WgpuTensor,
+    ) -> Result<(), BackendError> {
+        let mut inputs = Inputs::new(x);
+        let mut u = self.alloc(out.rows, out.cols)?;
+        self.matmul_with(gate, &mut inputs, out, false)?;
+        self.matmul_with(up, &mut inputs, &mut u, false)?;
+        self.glu(out, &u, act)
     }
 
     fn matmul_add(
@@ -481,7 +492,7 @@ impl Backend for WgpuBackend {
         x: &WgpuTensor,
         out: &mut WgpuTensor,
     ) -> Result<(), BackendError> {
-        self.matmul_into(w, x, out, true)
+        self.matmul_with(w, &mut Inputs::new(x), out, true)
     }
 
     fn rms_norm(

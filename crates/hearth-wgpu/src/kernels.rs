@@ -1,7 +1,8 @@
 //! The WGSL sources, assembled per kernel and weight type, and their bind-group layouts.
 //!
 //! WGSL has no includes: a module is the prelude, then (for weight kernels) the block readers,
-//! then the kernel file with `DEQ`, `BLOCK` and `BLOCK_BYTES` replaced for one weight type.
+//! then the kernel file with `DEQ`, `BLOCK` and `BLOCK_BYTES` replaced for one weight type (for
+//! the 8-bit matmuls `QTILE`, `QBLOCK` and `QBLOCK_BYTES`).
 
 use hearth_quant::GgmlType;
 
@@ -10,6 +11,9 @@ const DEQUANT: &str = include_str!("kernels/dequant.wgsl");
 const MATMUL: &str = include_str!("kernels/matmul.wgsl");
 const MATMUL_SHARED: &str = include_str!("kernels/matmul_shared.wgsl");
 const MATMUL_SUBGROUP: &str = include_str!("kernels/matmul_subgroup.wgsl");
+const MATMUL_INT8: &str = include_str!("kernels/matmul_int8.wgsl");
+const QUANTIZE: &str = include_str!("kernels/quantize.wgsl");
+const FMA: &str = include_str!("kernels/fma.wgsl");
 const EMBED: &str = include_str!("kernels/embed.wgsl");
 const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
 const NORM: &str = include_str!("kernels/norm.wgsl");
@@ -29,11 +33,24 @@ pub const WEIGHT_TYPES: &[GgmlType] = &[
     GgmlType::Q6_K,
 ];
 
+/// Weight types with an 8-bit matmul (activations quantized on the device, integer dots).
+pub const INT8_TYPES: &[GgmlType] = &[
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+];
+
 /// One WGSL module: which source, and for weight kernels which type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Module {
     /// The weight type, and whether the reduction uses subgroup operations.
     Matmul(GgmlType, bool),
+    /// The 8-bit matmul of a weight type of [`INT8_TYPES`] (no subgroup operations: its
+    /// final sum has a fixed order).
+    MatmulInt8(GgmlType),
+    /// Activation quantization to Q8_0 / Q8_K blocks for `MatmulInt8`.
+    Quantize,
     Embed(GgmlType),
     Elementwise,
     Norm,
@@ -57,8 +74,10 @@ impl Module {
             .iter()
             .flat_map(|&t| [Module::Matmul(t, false), Module::Matmul(t, true)])
             .collect();
+        all.extend(INT8_TYPES.iter().map(|&t| Module::MatmulInt8(t)));
         all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
         all.extend([
+            Module::Quantize,
             Module::Elementwise,
             Module::Norm,
             Module::Rope,
@@ -70,9 +89,10 @@ impl Module {
     /// The bindings of group 0, in binding order.
     pub fn bindings(self) -> &'static [Access] {
         match self {
-            Module::Matmul(..) | Module::Embed(_) => &[R, R, RW, R],
+            Module::Matmul(..) | Module::MatmulInt8(..) | Module::Embed(_) => &[R, R, RW, R],
             Module::Elementwise => &[RW, R, R, R],
             Module::Norm | Module::Rope => &[RW, R, R],
+            Module::Quantize => &[R, RW, R],
             Module::Attention => &[R, R, R, RW, RW, RW, R, R],
         }
     }
@@ -82,7 +102,9 @@ impl Module {
         let body = match self {
             Module::Matmul(t, false) => return weight_source(&[MATMUL, MATMUL_SHARED], t),
             Module::Matmul(t, true) => return weight_source(&[MATMUL, MATMUL_SUBGROUP], t),
+            Module::MatmulInt8(t) => return int8_source(t),
             Module::Embed(t) => return weight_source(&[EMBED], t),
+            Module::Quantize => QUANTIZE,
             Module::Elementwise => ELEMENTWISE,
             Module::Norm => NORM,
             Module::Rope => ROPE,
@@ -122,4 +144,48 @@ fn weight_source(parts: &[&str], ty: GgmlType) -> String {
         .replace("BLOCK", &format!("{block}u"))
         .replace("DEQ", reader);
     format!("{PRELUDE}\n{DEQUANT}\n{kernel}")
+}
+
+/// How the 8-bit matmul reads weight type `ty`, or `None` for types without one.
+pub struct Int8Reader {
+    /// Elements and bytes per block.
+    pub block: u32,
+    pub block_bytes: u32,
+    /// The WGSL functions for one lane of a block and for the lanes of the mins.
+    pub lane: &'static str,
+    pub mins: &'static str,
+    /// The activation type: the one the CPU backend quantizes to for `ty`
+    /// (`hearth_quant::vec_dot_type`).
+    pub act: GgmlType,
+}
+
+/// The [`Int8Reader`] of weight type `ty`, or `None` for types without an 8-bit matmul.
+pub fn int8_reader(ty: GgmlType) -> Option<Int8Reader> {
+    let (block, block_bytes, lane, mins, act) = match ty {
+        GgmlType::Q8_0 => (32, 34, "lane_q8_0", "no_mins", GgmlType::Q8_0),
+        GgmlType::Q4_0 => (32, 18, "lane_q4_0", "no_mins", GgmlType::Q8_0),
+        GgmlType::Q4_K => (256, 144, "lane_q4_k", "mins_q4_k", GgmlType::Q8_K),
+        GgmlType::Q6_K => (256, 210, "lane_q6_k", "no_mins", GgmlType::Q8_K),
+        _ => return None,
+    };
+    Some(Int8Reader {
+        block,
+        block_bytes,
+        lane,
+        mins,
+        act,
+    })
+}
+
+fn int8_source(ty: GgmlType) -> String {
+    // Module::all() and the backend only build these modules for INT8_TYPES.
+    let Some(r) = int8_reader(ty) else {
+        return format!("// no 8-bit matmul for {ty}");
+    };
+    let kernel = MATMUL_INT8
+        .replace("QBLOCK_BYTES", &format!("{}u", r.block_bytes))
+        .replace("QBLOCK", &format!("{}u", r.block))
+        .replace("QLANE", r.lane)
+        .replace("QMINS", r.mins);
+    format!("{PRELUDE}\n{DEQUANT}\n{FMA}\n{kernel}")
 }

@@ -13,7 +13,7 @@ use hearth_backend::{
     RopeSpec,
 };
 use hearth_quant::GgmlType;
-use hearth_wgpu::kernels::WEIGHT_TYPES;
+use hearth_wgpu::kernels::{INT8_TYPES, WEIGHT_TYPES};
 use hearth_wgpu::WgpuBackend;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -72,7 +72,8 @@ fn weight(name: &str, ty: GgmlType, rows: usize, cols: usize, vals: &[f32]) -> H
 /// The largest NMSE that passes for a weight type. Both sides round the activations the same
 /// way (8-bit blocks, or f16 for f16 weights) and differ by summation order only (measured
 /// ~1e-14 on lavapipe), except Q4_1, whose CPU dot product uses the Q8_1 block sum stored as
-/// f16 (measured up to 5.5e-7).
+/// f16 (measured up to 5.5e-7). The types of `INT8_TYPES` sum each block exactly in integers
+/// on both sides, so only the f32 steps per block and the order of the block sums differ.
 fn bound(ty: GgmlType) -> f64 {
     match ty {
         GgmlType::Q4_1 => 2e-6,
@@ -379,4 +380,184 @@ fn bad_inputs_are_errors() {
         err.contains("blk.0.attn_q") && err.contains("not supported"),
         "{err}"
     );
+}
+
+/// Rows for the quantizers: random values at several scales, exact ties (amax 127 makes
+/// `127 / amax` 1, so half-integers are ties), the `127 / 7` case where `x * (127 / amax)` and
+/// `x / (amax / 127)` round apart, zeros, and the largest magnitude twice with both signs.
+fn quant_rows(rng: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
+    let mut rows = Vec::new();
+    for i in 0..48 {
+        let scale = [1e-3f32, 0.07, 1.0, 3.3, 250.0, 1e4][i % 6];
+        let mut x: Vec<f32> = random(rng, n).iter().map(|v| v * scale).collect();
+        match i % 8 {
+            0 => {
+                x.iter_mut()
+                    .for_each(|v| *v = rng.gen_range(-254i32..=254) as f32 * 0.5);
+                x[rng.gen_range(0..n)] = if i % 16 == 0 { 127.0 } else { -127.0 };
+            }
+            1 => {
+                x = random(rng, n);
+                x[0] = 127.0 / 7.0;
+                x[1] = 11.5;
+            }
+            2 => x[..n / 2].iter_mut().for_each(|v| *v = 0.0),
+            3 => {
+                let (a, b) = (rng.gen_range(0..n), rng.gen_range(0..n));
+                x[a] = 5.0 * scale;
+                x[b] = -5.0 * scale;
+            }
+            4 => x.iter_mut().for_each(|v| *v = 0.0),
+            _ => {}
+        }
+        rows.push(x);
+    }
+    rows
+}
+
+/// The device's Q8_0 and Q8_K blocks equal the CPU's byte for byte: quants, scales (f16 for
+/// Q8_0, f32 for Q8_K) and Q8_K group sums.
+#[test]
+fn activation_quantization_equals_cpu() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(6);
+    for (act, cols) in [(GgmlType::Q8_0, 96), (GgmlType::Q8_K, 512)] {
+        let rows = quant_rows(&mut rng, cols);
+        let x: Vec<f32> = rows.concat();
+        let bytes = x.len() / act.block_size() * act.type_size();
+        let mut want = vec![0u8; bytes];
+        hearth_quant::quantize_activations(act, &x, &mut want).expect("CPU quantize");
+        let got = g
+            .quantize_activations(act, &x, cols)
+            .expect("wgpu quantize");
+        let block = act.type_size();
+        let bad: Vec<usize> = (0..bytes / block)
+            .filter(|&b| want[b * block..(b + 1) * block] != got[b * block..(b + 1) * block])
+            .collect();
+        eprintln!("{act}: {} blocks, {} differ", bytes / block, bad.len());
+        assert!(
+            bad.is_empty(),
+            "{act}: blocks {bad:?} differ from the CPU's"
+        );
+    }
+}
+
+/// Σ |a - b| / Σ |a| and max |a - b| / max |a|.
+fn rel_errors(a: &[f32], b: &[f32]) -> (f64, f64) {
+    let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs() as f64);
+    let max_a = a.iter().fold(0f64, |m, x| m.max(x.abs() as f64));
+    let sum_a: f64 = a.iter().map(|x| x.abs() as f64).sum();
+    let (sum, max) = diff.fold((0.0, 0f64), |(s, m), d| (s + d, m.max(d)));
+    (sum / sum_a.max(1e-30), max / max_a.max(1e-30))
+}
+
+/// The 8-bit matmuls on rows of many blocks (odd and even block counts) and on 1..9 tokens,
+/// against the CPU. Both sides sum every lane of every block exactly in integers and then take
+/// the same f32 steps in the same order (the x86 kernels' lanes, with fused multiply-adds), so
+/// on an x86 CPU the outputs must be bit-equal (measured: all of them, on lavapipe with the
+/// AVX2 kernels). A CPU with the scalar kernels adds whole blocks in another order; there the
+/// bound is f32 rounding: 1e-5 of the largest output for the worst value, NMSE 1e-12.
+#[test]
+fn int8_matmuls_match_cpu() {
+    let Some(g) = gpu() else { return };
+    let c = cpu();
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut failures = Vec::new();
+    let x86 = hearth_quant::kernel_name() != "scalar";
+    for &ty in INT8_TYPES {
+        // An odd number of blocks: 33 of 32 values, 5 of 256.
+        let odd = ty.block_size() * if ty.block_size() == 32 { 33 } else { 5 };
+        for (rows, cols) in [(40, 2048), (9, odd)] {
+            let vals = random(&mut rng, rows * cols);
+            let w = weight("w", ty, rows, cols, &vals);
+            for n in [1, 4, 9] {
+                let x: Vec<f32> = random(&mut rng, n * cols).iter().map(|v| v * 4.0).collect();
+                let want = matmul_on(&c, w.clone(), &x, n, false);
+                let got = matmul_on(&g, w.clone(), &x, n, false);
+                let (mean, worst) = rel_errors(&want, &got);
+                let e = nmse(&want, &got);
+                let same = want
+                    .iter()
+                    .zip(&got)
+                    .filter(|(a, b)| a.to_bits() == b.to_bits())
+                    .count();
+                eprintln!(
+                    "int8 matmul {ty:>5} [{rows}x{cols}] n={n}: {}/{} bit-equal, nmse {e:.2e}, \
+                     mean rel {mean:.2e}, worst rel {worst:.2e}",
+                    same,
+                    want.len()
+                );
+                if e > 1e-12 || worst > 1e-5 || (x86 && same != want.len()) {
+                    failures.push(format!("{ty} n={n}: nmse {e:.2e} worst {worst:.2e}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// matmul3 and gated_matmul quantize their shared input once per activation type and give
+/// what separate matmuls give; weights of three forms (Q8_0 and Q8_K blocks, Q8_1-rounded
+/// f32) read the same input.
+#[test]
+fn shared_input_matmuls_match_cpu() {
+    let Some(g) = gpu() else { return };
+    let c = cpu();
+    let mut rng = StdRng::seed_from_u64(8);
+    let (cols, n) = (512, 5);
+    let x = random(&mut rng, n * cols);
+    let ws: Vec<HostWeight> = [
+        (GgmlType::Q4_0, 64),
+        (GgmlType::Q4_K, 32),
+        (GgmlType::Q4_1, 32),
+    ]
+    .iter()
+    .map(|&(ty, rows)| weight("w", ty, rows, cols, &random(&mut rng, rows * cols)))
+    .collect();
+    let gate = weight(
+        "gate",
+        GgmlType::Q8_0,
+        48,
+        cols,
+        &random(&mut rng, 48 * cols),
+    );
+    let up = weight("up", GgmlType::Q6_K, 48, cols, &random(&mut rng, 48 * cols));
+    let want = shared_on(&c, &ws, &gate, &up, &x, n);
+    let got = shared_on(&g, &ws, &gate, &up, &x, n);
+    for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+        let e = nmse(a, b);
+        eprintln!("shared input output {i}: nmse {e:.2e}");
+        assert!(e < 2e-6, "output {i}: nmse {e:.2e}");
+    }
+}
+
+/// matmul3 over `ws` and gated_matmul (SiLU) of `gate` and `up`, all on `x`.
+fn shared_on<B: Backend>(
+    be: &B,
+    ws: &[HostWeight],
+    gate: &HostWeight,
+    up: &HostWeight,
+    x: &[f32],
+    n: usize,
+) -> Vec<Vec<f32>> {
+    let cols = gate.cols;
+    let load = |w: &HostWeight| be.load_weight(w.clone()).expect("load weight");
+    let x = be.upload(x, n, cols).expect("upload");
+    let w3: Vec<B::Weight> = ws.iter().map(load).collect();
+    let mut outs: Vec<B::Tensor> = ws
+        .iter()
+        .map(|w| be.alloc(n, w.rows).expect("alloc"))
+        .collect();
+    let [o0, o1, o2] = &mut outs[..] else {
+        panic!("three weights")
+    };
+    be.matmul3([&w3[0], &w3[1], &w3[2]], &x, [o0, o1, o2])
+        .expect("matmul3");
+    let mut h = be.alloc(n, gate.rows).expect("alloc");
+    be.gated_matmul(&load(gate), &load(up), &x, Activation::Silu, &mut h)
+        .expect("gated_matmul");
+    outs.push(h);
+    outs.iter()
+        .map(|t| be.to_host(t).expect("to_host"))
+        .collect()
 }

@@ -2,7 +2,7 @@
 //! Language and to SPIR-V with naga (the translator wgpu uses), subgroup variants included, so
 //! a kernel that would break on Metal fails here although no Mac runs these tests.
 
-use hearth_wgpu::kernels::Module;
+use hearth_wgpu::kernels::{Module, INT8_TYPES};
 use naga::back::{msl, spv};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
@@ -68,5 +68,41 @@ fn subgroup_use_is_declared() {
     for m in Module::all() {
         let uses = m.source().contains("subgroupAdd");
         assert_eq!(uses, m.uses_subgroups(), "{m:?}");
+    }
+}
+
+/// SPIR-V opcodes of a module (walking the instruction stream after the 5-word header).
+fn opcodes(words: &[u32]) -> Vec<u32> {
+    let mut ops = Vec::new();
+    let mut i = 5;
+    while i < words.len() {
+        ops.push(words[i] & 0xffff);
+        i += (words[i] >> 16).max(1) as usize;
+    }
+    ops
+}
+
+/// `OpSDot`: a signed integer dot product, here of four packed bytes.
+const OP_SDOT: u32 = 4450;
+
+/// The 8-bit matmuls use packed integer dot products: SPIR-V's `OpSDot` where the device
+/// offers them (Vulkan 1.3 or VK_KHR_shader_integer_dot_product), and byte extraction where
+/// it does not, so they run on both kinds of device.
+#[test]
+fn int8_matmuls_use_packed_dot_products() {
+    for &t in INT8_TYPES {
+        let m = Module::MatmulInt8(t);
+        assert!(m.source().contains("dot4I8Packed"), "{m:?}");
+        let (module, info) = validated(m);
+        let all = spv::write_vec(&module, &info, &spv::Options::default(), None)
+            .unwrap_or_else(|e| panic!("{m:?} to SPIR-V: {e}"));
+        assert!(opcodes(&all).contains(&OP_SDOT), "{m:?}: no OpSDot");
+        let without = spv::Options {
+            capabilities: Some([spv::Capability::Shader].into_iter().collect()),
+            ..Default::default()
+        };
+        let words = spv::write_vec(&module, &info, &without, None)
+            .unwrap_or_else(|e| panic!("{m:?} to SPIR-V without OpSDot: {e}"));
+        assert!(!opcodes(&words).contains(&OP_SDOT), "{m:?}: OpSDot");
     }
 }

@@ -1,0 +1,235 @@
+//! The 8-bit matmul path: activations quantized on the device to the blocks the CPU backend
+//! uses (Q8_0, Q8_K), then integer block dot products (kernels/quantize.wgsl,
+//! kernels/matmul_int8.wgsl), for the weight types of [`INT8_TYPES`](crate::kernels::INT8_TYPES).
+//!
+//! NOTE: why not dequantize and multiply in f32, with the activations rounded to what the
+//! 8-bit blocks stand for (as the other weight types still do)? Because that rounds in other
+//! places than the CPU backend, which (as llama.cpp on x86) sums integers per lane and block and
+//! scales them with fused multiply-adds in a fixed order, and the small golden models amplify
+//! such last-bit differences past their bounds (0.14 against 0.03 on the tiny Q8_0 Qwen3). This
+//! path repeats the CPU's steps exactly, so its outputs have the CPU's bits.
+
+use hearth_backend::{Backend, BackendError};
+use hearth_quant::GgmlType;
+
+use crate::backend::{check, words, WgpuBackend, WgpuTensor, WgpuWeight};
+use crate::kernels::{int8_reader, Module};
+use crate::recorder::{Bind, Grid};
+
+/// Activations quantized on the device, in quantize.wgsl's layout.
+pub(crate) struct Int8Acts {
+    /// The activation type (Q8_0 or Q8_K).
+    pub act: GgmlType,
+    /// The words, as a `[1, n_words]` tensor.
+    pub buf: WgpuTensor,
+    pub n_tokens: usize,
+    /// First word of the per-block scales.
+    pub scales: usize,
+    /// First word of the Q8_K group sums (16 per block).
+    pub sums: usize,
+}
+
+/// Elements per block of an activation type of the 8-bit path.
+fn act_block(act: GgmlType) -> usize {
+    if act == GgmlType::Q8_K {
+        256
+    } else {
+        32
+    }
+}
+
+/// One matmul input and the forms the weights seen so far needed it in (rounded for the f32
+/// kernels, quantized for the 8-bit ones), so that matmul3 and the gated pair quantize once.
+pub(crate) struct Inputs<'a> {
+    pub x: &'a WgpuTensor,
+    rounded: Vec<(&'static str, WgpuTensor)>,
+    int8: Vec<Int8Acts>,
+}
+
+impl<'a> Inputs<'a> {
+    pub fn new(x: &'a WgpuTensor) -> Inputs<'a> {
+        Inputs {
+            x,
+            rounded: Vec::new(),
+            int8: Vec::new(),
+        }
+    }
+}
+
+impl WgpuBackend {
+    /// `x` quantized to `act` blocks (Q8_0 or Q8_K); `x.cols` a whole number of blocks.
+    pub(crate) fn quantize_acts(
+        &self,
+        act: GgmlType,
+        x: &WgpuTensor,
+    ) -> Result<Int8Acts, BackendError> {
+        let (entry, size) = match act {
+            GgmlType::Q8_0 => ("quantize_q8_0", 32),
+            GgmlType::Q8_K => ("quantize_q8_k", 256),
+            _ => return Err(BackendError::Unsupported(format!("{act} activations"))),
+        };
+        check(x.cols.is_multiple_of(size), || {
+            format!("{act} activations of {} columns", x.cols)
+        })?;
+        let n_blocks = x.rows * x.cols / size;
+        let scales = x.rows * x.cols / 4;
+        let sums = scales + n_blocks;
+        let n_words = sums
+            + if act == GgmlType::Q8_K {
+                16 * n_blocks
+            } else {
+                0
+            };
+        let buf = self.alloc(1, n_words)?;
+        let params = words(&[n_blocks as u32, scales as u32, sums as u32, 0]);
+        let binds = [
+            Bind::Buffer(&x.buf),
+            Bind::Buffer(&buf.buf),
+            Bind::Host(&params),
+        ];
+        self.recorder().dispatch(
+            &self.gpu,
+            Module::Quantize,
+            entry,
+            &binds,
+            Grid::Threads(n_blocks),
+        )?;
+        Ok(Int8Acts {
+            act,
+            buf,
+            n_tokens: x.rows,
+            scales,
+            sums,
+        })
+    }
+
+    /// `out (+)= W · x` for a weight with an 8-bit matmul (`Some(())`), or `None` for other
+    /// weight types. Shapes are checked by the caller.
+    pub(crate) fn matmul_int8(
+        &self,
+        w: &WgpuWeight,
+        inputs: &mut Inputs,
+        out: &mut WgpuTensor,
+        accumulate: bool,
+    ) -> Result<Option<()>, BackendError> {
+        let Some(act) = int8_reader(w.ty).map(|r| r.act) else {
+            return Ok(None);
+        };
+        let i = match inputs.int8.iter().position(|q| q.act == act) {
+            Some(i) => i,
+            None => {
+                let q = self.quantize_acts(act, inputs.x)?;
+                inputs.int8.push(q);
+                inputs.int8.len() - 1
+            }
+        };
+        let q = &inputs.int8[i];
+        let params = words(&[
+            w.rows as u32,
+            w.cols as u32,
+            q.n_tokens as u32,
+            w.row_bytes as u32,
+            accumulate as u32,
+            q.scales as u32,
+            q.sums as u32,
+            0,
+        ]);
+        let binds = [
+            Bind::Buffer(&w.buf),
+            Bind::Buffer(&q.buf.buf),
+            Bind::Buffer(&out.buf),
+            Bind::Host(&params),
+        ];
+        // One workgroup per 4 (row, token) outputs: see kernels/matmul_int8.wgsl.
+        let groups = (w.rows * q.n_tokens).div_ceil(4);
+        self.recorder().dispatch(
+            &self.gpu,
+            Module::MatmulInt8(w.ty),
+            "matmul",
+            &binds,
+            Grid::Groups(groups),
+        )?;
+        Ok(Some(()))
+    }
+
+    /// `inputs.x` rounded as the CPU rounds the activations of an f32-kernel matmul with a `ty`
+    /// weight (see `round_entry`), or `None` where it needs no rounding.
+    pub(crate) fn rounded_input<'i>(
+        &self,
+        ty: GgmlType,
+        inputs: &'i mut Inputs,
+    ) -> Result<Option<&'i WgpuTensor>, BackendError> {
+        let x = inputs.x;
+        let Some((entry, items)) = round_entry(ty, x) else {
+            return Ok(None);
+        };
+        let i = match inputs.rounded.iter().position(|r| r.0 == entry) {
+            Some(i) => i,
+            None => {
+                let out = self.alloc(x.rows, x.cols)?;
+                self.elementwise(entry, &out.buf, Some(&x.buf), (items, x.cols), 0.0, &[])?;
+                inputs.rounded.push((entry, out));
+                inputs.rounded.len() - 1
+            }
+        };
+        Ok(Some(&inputs.rounded[i].1))
+    }
+
+    /// The 8-bit blocks this device makes of `x` (`[x.len() / cols, cols]`) as the CPU
+    /// backend stores them (`hearth_quant::quantize_activations` bytes, row after row), for
+    /// tests that check the two quantizers agree. `act`: Q8_0 or Q8_K.
+    pub fn quantize_activations(
+        &self,
+        act: GgmlType,
+        x: &[f32],
+        cols: usize,
+    ) -> Result<Vec<u8>, BackendError> {
+        check(cols > 0 && x.len().is_multiple_of(cols), || {
+            format!("{} values in rows of {cols}", x.len())
+        })?;
+        let t = self.upload(x, x.len() / cols, cols)?;
+        let q = self.quantize_acts(act, &t)?;
+        let mut host = Vec::new();
+        self.read_back(&q.buf, &mut host)?;
+        let word = |i: usize| host[i].to_bits();
+        let size = act_block(act);
+        let mut out = Vec::new();
+        for b in 0..x.len() / size {
+            let d = f32::from_bits(word(q.scales + b));
+            if act == GgmlType::Q8_K {
+                out.extend_from_slice(&d.to_le_bytes());
+            } else {
+                // The device stores the f16 scale as the f32 of the same value: exact.
+                out.extend_from_slice(&half::f16::from_f32(d).to_le_bytes());
+            }
+            for k in 0..size / 4 {
+                out.extend_from_slice(&word(b * size / 4 + k).to_le_bytes());
+            }
+            if act == GgmlType::Q8_K {
+                for g in 0..16 {
+                    let s = word(q.sums + 16 * b + g) as i32 as i16;
+                    out.extend_from_slice(&s.to_le_bytes());
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The element-wise entry that rounds the activations of an f32-kernel matmul with a `ty`
+/// weight as llama.cpp's CPU code does (values of 8-bit blocks for quantized weights, f16 for
+/// f16 ones), and the number of items it runs over; `None` for f32 weights.
+///
+/// NOTE: the golden model tests compare greedy tokens with llama.cpp, and small models
+/// amplify this rounding: without it a Q8_0 model parts ways with the reference.
+fn round_entry(ty: GgmlType, x: &WgpuTensor) -> Option<(&'static str, usize)> {
+    let n = x.rows * x.cols;
+    Some(match hearth_quant::matmul_activation_type(ty) {
+        Some(GgmlType::Q8_0 | GgmlType::Q8_1) if x.cols.is_multiple_of(32) => {
+            ("quant_q8_0", n / 32)
+        }
+        Some(GgmlType::Q8_K) if x.cols.is_multiple_of(256) => ("quant_q8_k", n / 256),
+        Some(GgmlType::F16) => ("round_f16", n),
+        _ => return None,
+    })
+}
