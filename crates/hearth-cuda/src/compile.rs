@@ -109,7 +109,11 @@ mod tests {
     fn the_host_loads_every_kernel_the_source_exports() {
         let marker = "extern \"C\" __global__ void ";
         for (i, _) in KERNEL_SOURCE.match_indices(marker) {
-            let rest = &KERNEL_SOURCE[i + marker.len()..];
+            let mut rest = KERNEL_SOURCE[i + marker.len()..].trim_start();
+            // `__launch_bounds__(N)` may stand between `void` and the name.
+            if let Some(after) = rest.strip_prefix("__launch_bounds__") {
+                rest = after.split_once(')').map_or("", |(_, r)| r).trim_start();
+            }
             let name = rest.split('(').next().unwrap_or("").trim();
             assert!(
                 crate::device::KERNEL_NAMES.contains(&name),

@@ -120,7 +120,7 @@ fn longrope_long_factors_are_checked_by_the_fixture() {
     rope["long_factor"] = rope["short_factor"].clone();
     std::fs::write(dir.join("config.json"), v.to_string()).expect("write");
     let r: Reference = read_json(&fixture("hf-tiny-phi3-longrope").join("reference_long.json"));
-    let mut engine = open_engine_with(&dir, 256, KvType::F32);
+    let mut engine = open_engine_with(&dir, 256, f32_check_cache().0);
     let (diff, _) = run_prompts(&mut engine, &r);
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!("long prompts with the short factors: max |logit diff| = {diff:e}");
