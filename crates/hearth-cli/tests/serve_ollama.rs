@@ -159,19 +159,45 @@ fn check_timestamp(v: &Value) {
     }
 }
 
+/// The first step at which llama.cpp's greedy pick for the smollm2 golden case was a near-tie:
+/// its top-2 gap within llama.cpp's own rounding noise (tests/goldens/README.md). Up to there
+/// a correct engine must pick the same tokens; from there on the two may part, whichever
+/// SIMD kernels either ran with (the OpenAI test checks each parting's margins too).
+fn first_near_tie() -> usize {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/goldens/smollm2");
+    let read = |f: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap()
+    };
+    let noise = read("logits.json")["self_check"]["max_top10_diff"]
+        .as_f64()
+        .unwrap()
+        .max(0.02);
+    let gaps: Vec<f64> =
+        serde_json::from_value(read("greedy.json")["cases"][0]["top2_gap"].clone()).unwrap();
+    gaps.iter().position(|&g| g < noise).unwrap_or(gaps.len())
+}
+
 #[test]
 fn raw_generate_matches_llama_cpp_greedy() {
     let server = server();
     let (prompt, prompt_ids, ids) = golden();
-    let expected = decode(&ids);
     let req = json!({"model": MODEL, "prompt": prompt, "raw": true, "stream": false, "options": greedy(32)});
     let v = post_json(&server, "/api/generate", &req);
-    assert_eq!(v["response"], expected.as_str());
     check_final(&v, "length");
     assert_eq!(v["eval_count"], 32);
     assert_eq!(v["prompt_eval_count"], prompt_ids.len());
-    let context: Vec<u64> = prompt_ids.iter().chain(&ids).copied().collect();
-    assert_eq!(v["context"], json!(context));
+    let context: Vec<u64> = serde_json::from_value(v["context"].clone()).unwrap();
+    assert_eq!(context.len(), prompt_ids.len() + 32, "{v}");
+    assert_eq!(context[..prompt_ids.len()], prompt_ids[..]);
+    let served = &context[prompt_ids.len()..];
+    let sure = first_near_tie();
+    assert_eq!(
+        served[..sure],
+        ids[..sure],
+        "llama.cpp's greedy tokens up to its first near-tie (step {sure})"
+    );
+    let expected = decode(served);
+    assert_eq!(v["response"], expected.as_str());
 
     // Streaming: the same text in pieces, then the final line.
     let mut req = req;

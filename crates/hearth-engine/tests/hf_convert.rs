@@ -7,8 +7,11 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::hf::{check_f32_model, edit, fixture, reference, run_prompts, scratch_copy};
-use common::open_engine;
+use common::hf::{
+    check_model_with, edit, f32_check_cache, fixture, reference, run_prompts, scratch_copy,
+};
+use common::open_engine_with;
+use hearth_engine::KvType;
 use hearth_gguf::GgufFile;
 use hearth_models::hf::convert::convert_folder;
 use hearth_quant::GgmlType;
@@ -30,6 +33,18 @@ fn convert(name: &str, ty: GgmlType, tag: &str) -> PathBuf {
     convert_dir(&fixture(name), ty, tag)
 }
 
+/// The context a fixture's reference.json holds for: the LongRoPE fixture's short prompts
+/// were run by transformers with the short factors, which hearth (as llama.cpp) takes in
+/// contexts up to the original one (64); longer contexts take the long factors, checked
+/// against reference_long.json in `phi3_longrope_converted_long_factors_match_transformers`.
+fn n_ctx_for(name: &str) -> usize {
+    if name == "hf-tiny-phi3-longrope" {
+        64
+    } else {
+        1024
+    }
+}
+
 /// Converts fixture `name` to `ty` and checks the file against transformers: max |logit
 /// diff| over the last positions below `bound`, and every first greedy token the reference
 /// decides by more than twice the bound (so no error within the bound can flip it) equal;
@@ -37,7 +52,7 @@ fn convert(name: &str, ty: GgmlType, tag: &str) -> PathBuf {
 fn check(name: &str, ty: GgmlType, bound: f32, all_greedy: bool) -> f32 {
     let gguf = convert(name, ty, "logits");
     let r = reference(&fixture(name));
-    let mut engine = open_engine(&gguf);
+    let mut engine = open_engine_with(&gguf, n_ctx_for(name), KvType::F16);
     let (max_diff, greedy) = run_prompts(&mut engine, &r);
     drop(engine);
     let _ = std::fs::remove_file(&gguf);
@@ -69,11 +84,24 @@ fn check(name: &str, ty: GgmlType, bound: f32, all_greedy: bool) -> f32 {
 }
 
 /// F32 keeps the checkpoint's values (plus Gemma's exact 1 + w): the converted file must
-/// pass the folder's own f32 check (hidden-state norms per layer, logits within 2e-3,
-/// every greedy token).
+/// pass the folder's own f32 check (hidden-state norms per layer, logits within the f32
+/// bound of `common::hf::f32_check_cache`, every greedy token).
 fn check_f32(name: &str) {
     let gguf = convert(name, GgmlType::F32, "f32");
-    check_f32_model(&gguf, &fixture(name));
+    let (kv_type, bound) = f32_check_cache();
+    let reference = fixture(name).join("reference.json");
+    check_model_with(&gguf, &reference, n_ctx_for(name), kv_type, bound);
+    let _ = std::fs::remove_file(&gguf);
+}
+
+/// The converted LongRoPE file carries the long factors too: in a context past the original
+/// one, its 80- and 100-token prompts give transformers' outputs with the long factors.
+#[test]
+fn phi3_longrope_converted_long_factors_match_transformers() {
+    let gguf = convert("hf-tiny-phi3-longrope", GgmlType::F32, "long");
+    let (kv_type, bound) = f32_check_cache();
+    let reference = fixture("hf-tiny-phi3-longrope").join("reference_long.json");
+    check_model_with(&gguf, &reference, 256, kv_type, bound);
     let _ = std::fs::remove_file(&gguf);
 }
 
