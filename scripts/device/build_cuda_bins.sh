@@ -10,8 +10,10 @@ grep -qxF '/.device-bin/' "$exclude" || echo '/.device-bin/' >>"$exclude"
 
 cargo build --release -p hearth-cuda --bin cuda-conformance
 cargo build --release -p hearth-cli
-tests_json=$(cargo test --release -p hearth-cuda -p hearth-engine --no-run \
-  --message-format=json 2>/dev/null)
+# Only the test targets staged below: every other engine test would be a release link of its own.
+engine_tests=(cuda_vs_cpu hf_folder hf_archs moe_gguf mlx_folder golden_models)
+tests_json=$(cargo test --release -p hearth-cuda -p hearth-engine --lib --test gpu --test mlx \
+  "${engine_tests[@]/#/--test=}" --no-run --message-format=json 2>/dev/null)
 target_dir=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 

@@ -12,7 +12,7 @@ use common::hf::{
     load_error, reference, run_prompts, scratch_copy, Reference,
 };
 use common::{open_engine, open_engine_with, read_json, repo_root};
-use hearth_engine::{KvType, Sequence};
+use hearth_engine::Sequence;
 
 #[test]
 fn mistral_sliding_window_matches_transformers() {

@@ -65,10 +65,13 @@ impl KvValue for f32 {
     }
 }
 
-/// Per layer: (keys, values), each `[n_slots, kv_dim]`, in the cache's dtype.
+/// Per layer: (keys, values), each `[n_slots, kv_dim]`.
+type LayerSlots<T> = Vec<(Vec<T>, Vec<T>)>;
+
+/// Every layer's slots, in the cache's dtype.
 pub(super) enum KvLayers {
-    F16(Vec<(Vec<f16>, Vec<f16>)>),
-    F32(Vec<(Vec<f32>, Vec<f32>)>),
+    F16(LayerSlots<f16>),
+    F32(LayerSlots<f32>),
 }
 
 impl KvLayers {
@@ -80,7 +83,7 @@ impl KvLayers {
     }
 }
 
-fn alloc_layers<T: KvValue>(spec: &KvSpec) -> Result<Vec<(Vec<T>, Vec<T>)>, BackendError> {
+fn alloc_layers<T: KvValue>(spec: &KvSpec) -> Result<LayerSlots<T>, BackendError> {
     let n_slots = spec.n_blocks * spec.block_size;
     let too_big = || {
         BackendError::OutOfMemory(format!(
