@@ -205,6 +205,23 @@ pub fn check_gemv(
     })
 }
 
+/// `first` and enough further copies of its `bytes` that timed launches rotating over them
+/// span `plan.rotate_bytes`, so the L2 cache cannot hold the weights between launches.
+fn rotated_copies(
+    dev: &CudaDevice,
+    plan: &TimingPlan,
+    first: QuantMatrix,
+    bytes: &[u8],
+) -> Result<Vec<QuantMatrix>, CudaError> {
+    let (ty, n_rows, n_cols) = (first.ty(), first.n_rows(), first.n_cols());
+    let copies = plan.rotate_bytes.div_ceil(bytes.len().max(1)).max(1);
+    let mut mats = vec![first];
+    for _ in 1..copies {
+        mats.push(dev.upload_matrix(ty, n_rows, n_cols, bytes)?);
+    }
+    Ok(mats)
+}
+
 /// Times GEMV launches rotating over enough copies of the weights to defeat the L2 cache;
 /// with `q8`, each launch quantizes the activations first (timed with it).
 fn time_gemv(
@@ -215,12 +232,7 @@ fn time_gemv(
     mut q8: Option<&mut crate::Q8Activations>,
     y: &mut CudaSlice<f32>,
 ) -> Result<Timing, CudaError> {
-    let (ty, n_rows, n_cols) = (first.ty(), first.n_rows(), first.n_cols());
-    let copies = plan.rotate_bytes.div_ceil(bytes.len().max(1)).max(1);
-    let mut mats = vec![first];
-    for _ in 1..copies {
-        mats.push(dev.upload_matrix(ty, n_rows, n_cols, bytes)?);
-    }
+    let mats = rotated_copies(dev, plan, first, bytes)?;
     let seconds = median_launch_time(dev, plan, |i| {
         let w = &mats[i % mats.len()];
         match q8.as_deref_mut() {
@@ -263,11 +275,7 @@ pub fn check_dequant_f16(
         .count();
     let timing = match plan {
         Some(plan) => {
-            let copies = plan.rotate_bytes.div_ceil(bytes.len().max(1)).max(1);
-            let mut mats = vec![w];
-            for _ in 1..copies {
-                mats.push(dev.upload_matrix(ty, n_rows, n_cols, &bytes)?);
-            }
+            let mats = rotated_copies(dev, plan, w, &bytes)?;
             let seconds = median_launch_time(dev, plan, |i| {
                 dev.dequant_to_f16(&mats[i % mats.len()], typed, &mut out)
             })?;
