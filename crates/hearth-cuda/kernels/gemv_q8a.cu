@@ -25,24 +25,29 @@ __device__ __forceinline__ u32 sub32_bytes(u32 v) {
     return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
 }
 
-extern "C" __global__ void quantize_q8_1(const float* __restrict__ x, i8* __restrict__ xq,
-                                         float2* __restrict__ xds, int n) {
-    const int lane = threadIdx.x % WARP_SIZE;
-    const int group = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
-    if (group * 32 >= n) return;
-    const float v = x[group * 32 + lane];
+// One 32-value group held one value per lane of a warp: the lane's 8-bit value to `q`, and
+// (d, d * sum q) to `ds` from lane 0. All lanes must call it.
+__device__ __forceinline__ void quantize_group_q8_1(float v, i8* q, float2* ds) {
     float amax = fabsf(v);
 #pragma unroll
     for (int o = WARP_SIZE / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, o));
     const float d = amax / 127.f;
     const float id = amax != 0.f ? 127.f / amax : 0.f;
-    const int q = (int)rintf(v * id);
-    xq[group * 32 + lane] = (i8)q;
-    int sum = q;
+    const int qi = (int)rintf(v * id);
+    *q = (i8)qi;
+    int sum = qi;
 #pragma unroll
     for (int o = WARP_SIZE / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
     const float dh = round_f16(d);
-    if (lane == 0) xds[group] = make_float2(dh, dh * (float)sum);
+    if (threadIdx.x % WARP_SIZE == 0) *ds = make_float2(dh, dh * (float)sum);
+}
+
+extern "C" __global__ void quantize_q8_1(const float* __restrict__ x, i8* __restrict__ xq,
+                                         float2* __restrict__ xds, int n) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int group = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    if (group * 32 >= n) return;
+    quantize_group_q8_1(x[group * 32 + lane], xq + group * 32 + lane, xds + group);
 }
 
 // Each block type: BYTES, QK, LANES (= QK / VALS) and dot(): the lane's VALS values of block

@@ -39,6 +39,28 @@ extern "C" __global__ void rms_norm_groups(const float* x, const float* __restri
     for (int i = threadIdx.x; i < group; i += blockDim.x) out[i] = g[i] * scale * w[i];
 }
 
+// rms_norm_groups over whole rows followed by quantize_q8_1 of the result (gemv_q8a.cu), in
+// one launch: the f32 rows for any consumer, and the 8-bit values with their (d, d * sum q)
+// per 32-value group for the int8-activation GEMVs of decode steps, bit for bit what the two
+// kernels give. Grid: one block per row; cols is a multiple of 32.
+extern "C" __global__ void rms_norm_quantize(const float* __restrict__ x,
+                                             const float* __restrict__ w, float* __restrict__ y,
+                                             i8* __restrict__ yq, float2* __restrict__ yds,
+                                             int cols, float eps) {
+    const size_t row = (size_t)blockIdx.x * cols;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += (double)x[row + i] * (double)x[row + i];
+    const float mean = (float)(block_sum_f64(ss) / (double)cols);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    const int lane = threadIdx.x % WARP_SIZE, n_warps = blockDim.x / WARP_SIZE;
+    for (int g = threadIdx.x / WARP_SIZE; g < cols / 32; g += n_warps) {
+        const size_t at = row + g * 32 + lane;
+        const float v = x[at] * scale * w[g * 32 + lane];
+        y[at] = v;
+        quantize_group_q8_1(v, yq + at, yds + at / 32);
+    }
+}
+
 // Rotary embedding in place over rows of `cols` values (heads of head_dim). Grid: one block
 // per row; threads over (head, pair). `neox`: pairs (i, i + n_rot/2), else (2i, 2i + 1).
 // `factors`: n_rot/2 divisors or null.

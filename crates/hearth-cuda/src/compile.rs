@@ -19,6 +19,8 @@ pub const KERNEL_SOURCE: &str = concat!(
     include_str!("../kernels/mlx.cu"),
     "\n",
     include_str!("../kernels/model.cu"),
+    "\n",
+    include_str!("../kernels/flash_prefill.cu"),
 );
 
 /// The NVRTC library's version (major, minor). Call only after [`crate::probe`] succeeded.

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 41] = [
+pub(crate) const KERNEL_NAMES: [&str; 48] = [
     "gemv_f16",
     "gemv_q8_0",
     "gemv_q4_0",
@@ -58,7 +58,14 @@ pub(crate) const KERNEL_NAMES: [&str; 41] = [
     "dequant_to_f16_typed",
     "gemv_mlx",
     "dequant_mlx_to_f16",
+    "flash_prefill_hd16",
+    "flash_prefill_hd32",
+    "flash_prefill_hd64",
+    "flash_prefill_hd96",
+    "flash_prefill_hd128",
+    "flash_prefill_hd256",
     "embed_mlx_rows",
+    "rms_norm_quantize",
 ];
 
 /// Bytes of padding after a weight matrix: the GEMV kernels' last 16-byte load of a row may

@@ -28,6 +28,10 @@ impl CudaBackend {
             p.n_heads * p.head_dim,
         );
         let n = q.rows;
+        let flash = flash_prefill_kernel(hd).filter(|_| {
+            let longest = batch.seqs.iter().map(|s| s.n_tokens).max().unwrap_or(0);
+            longest >= FLASH_MIN_QUERIES
+        });
         // The kernel whose per-lane share covers the head (lanes past head_dim sit idle).
         let name = match hd {
             1..=32 => "attention_hd32",
@@ -85,6 +89,28 @@ impl CudaBackend {
                 Arg::I(bs),
             ],
         )?;
+        if let Some(flash) = flash {
+            let tiles = flash_tiles(batch);
+            let tiles_at = self.stage_u32(st, key_of(batch.seqs, "flash tiles"), &tiles)?;
+            let args = [
+                Arg::P(q.ptr),
+                Arg::P(kc),
+                Arg::P(vc),
+                Arg::P(out.ptr),
+                Arg::P(tok_pos),
+                Arg::P(seq_table),
+                Arg::P(tables),
+                Arg::P(tiles_at),
+                Arg::I(p.n_heads as i32),
+                Arg::I(p.n_kv_heads as i32),
+                Arg::I(bs),
+                Arg::F(p.scale),
+                Arg::I(p.window.map_or(0, |w| w as i32)),
+                Arg::F(p.softcap.unwrap_or(0.0)),
+            ];
+            let grid = ((tiles.len() / 3) as u32, p.n_heads as u32);
+            return Ok(self.launch(st, flash, grid, FLASH_THREADS, &args)?);
+        }
         self.launch(
             st,
             name,
@@ -110,6 +136,40 @@ impl CudaBackend {
         )?;
         Ok(())
     }
+}
+
+/// Queries of one sequence from which a step takes the flash-attention prompt kernel
+/// (kernels/flash_prefill.cu): it rounds the softmax weights to f16, so decode steps (and
+/// short verification runs) keep the exact kernel.
+const FLASH_MIN_QUERIES: usize = 16;
+/// Query rows of one flash-attention block (4 warps of 16) and its threads.
+const FLASH_ROWS: usize = 64;
+const FLASH_THREADS: u32 = 128;
+
+/// The flash-attention prompt kernel for a head size: the mma's k is 16.
+fn flash_prefill_kernel(head_dim: usize) -> Option<&'static str> {
+    Some(match head_dim {
+        16 => "flash_prefill_hd16",
+        32 => "flash_prefill_hd32",
+        64 => "flash_prefill_hd64",
+        96 => "flash_prefill_hd96",
+        128 => "flash_prefill_hd128",
+        256 => "flash_prefill_hd256",
+        _ => return None,
+    })
+}
+
+/// The flash kernel's tiles: (sequence, first token row, query count) for every run of up to
+/// FLASH_ROWS tokens of one sequence.
+fn flash_tiles(batch: &AttnBatch) -> Vec<u32> {
+    let mut tiles = Vec::new();
+    for (i, s) in batch.seqs.iter().enumerate() {
+        for start in (0..s.n_tokens).step_by(FLASH_ROWS) {
+            let count = FLASH_ROWS.min(s.n_tokens - start);
+            tiles.extend([i as u32, (s.token_start + start) as u32, count as u32]);
+        }
+    }
+    tiles
 }
 
 /// The batch as the attention kernels read it (kernels/model.cu): token → sequence, token →

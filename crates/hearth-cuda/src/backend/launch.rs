@@ -15,7 +15,7 @@ const GEMV_WARPS: u32 = 4;
 const GEMV_ROWS_PER_WARP: u32 = 2;
 /// Up to this many tokens a matmul reads the weights once per token with the GEMV kernels;
 /// beyond, it dequantizes them to f16 once and runs a cuBLAS GEMM on tensor cores.
-const GEMV_MAX_TOKENS: usize = 4;
+pub(super) const GEMV_MAX_TOKENS: usize = 4;
 /// The `mode` argument of the fused GEMV kernels (kernels/gemv.cu).
 const GEMV_STORE: i32 = 0;
 const GEMV_ACCUMULATE: i32 = 1;
@@ -77,6 +77,12 @@ impl CudaBackend {
         threads: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
+        // A kernel handed the rows behind a kept 8-bit copy may change them: the copy goes.
+        if let Some(kept) = st.quantized.get() {
+            if args.iter().any(|a| matches!(a, Arg::P(p) if *p == kept.of)) {
+                st.quantized.set(None);
+            }
+        }
         if !st.mode.launches() || grid.0 == 0 || grid.1 == 0 {
             return Ok(());
         }
@@ -154,6 +160,9 @@ impl CudaBackend {
         st: &mut State,
         x: &CudaTensor,
     ) -> Result<(u64, u64), CudaError> {
+        if let Some(kept) = st.quantized.get().filter(|k| k.of == x.ptr) {
+            return Ok((kept.q, kept.ds));
+        }
         let may_grow = st.mode == Mode::Eager;
         let stream = self.dev.stream().clone();
         let n = x.len();

@@ -120,12 +120,17 @@ impl Pinned {
         self.len
     }
 
+    /// Whether `n` more bytes fit.
+    pub fn fits(&self, n: usize) -> bool {
+        self.used.next_multiple_of(16) + n <= self.len
+    }
+
     /// Copies `data` into the next free bytes; `None` when it does not fit.
     pub fn push(&mut self, data: &[u8]) -> Option<&[u8]> {
-        let start = self.used.next_multiple_of(16);
-        if start + data.len() > self.len {
+        if !self.fits(data.len()) {
             return None;
         }
+        let start = self.used.next_multiple_of(16);
         // SAFETY: start + data.len() <= len, inside the allocation; no other reference to
         // these bytes exists (the slice returned below borrows self).
         let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), data.len()) };

@@ -407,7 +407,11 @@ impl Backend for CudaBackend {
     ) -> Result<CudaTensor, BackendError> {
         let mut st = self.state()?;
         let out = self.tensor(&mut st, x.rows, x.cols)?;
-        self.launch_norm(&st, x, weight, x.cols, eps, &out)?;
+        if x.rows <= launch::GEMV_MAX_TOKENS && x.cols.is_multiple_of(32) {
+            self.launch_norm_quantize(&mut st, x, weight, eps, &out)?;
+        } else {
+            self.launch_norm(&st, x, weight, x.cols, eps, &out)?;
+        }
         Ok(out)
     }
 
@@ -600,6 +604,38 @@ fn rope_theta_scale(rope: &RopeSpec) -> f32 {
 }
 
 impl CudaBackend {
+    /// `out = rms_norm(x)` over whole rows, and out's 8-bit copy for the int8-activation GEMVs
+    /// that decode steps run next (kept in the state, see [`state::Quantized`]).
+    fn launch_norm_quantize(
+        &self,
+        st: &mut State,
+        x: &CudaTensor,
+        weight: &CudaWeight,
+        eps: f32,
+        out: &CudaTensor,
+    ) -> Result<(), BackendError> {
+        check_norm_weight(weight, x.cols, x.cols)?;
+        let may_grow = st.mode == Mode::Eager;
+        let stream = self.dev.stream().clone();
+        let n = x.len();
+        let q = st.arena.alloc(&stream, n, may_grow)?;
+        let ds = st.arena.alloc(&stream, n / 32 * 8, may_grow)?;
+        let threads = (x.cols.next_multiple_of(32)).min(256) as u32;
+        let args = [
+            Arg::P(x.ptr),
+            Arg::P(weight.ptr),
+            Arg::P(out.ptr),
+            Arg::P(q),
+            Arg::P(ds),
+            Arg::I(x.cols as i32),
+            Arg::F(eps),
+        ];
+        self.launch(st, "rms_norm_quantize", (x.rows as u32, 1), threads, &args)?;
+        st.quantized
+            .set(Some(state::Quantized { of: out.ptr, q, ds }));
+        Ok(())
+    }
+
     /// `out = rms_norm(x)` per group of `group` values (`out` may be `x`).
     fn launch_norm(
         &self,
@@ -610,15 +646,7 @@ impl CudaBackend {
         eps: f32,
         out: &CudaTensor,
     ) -> Result<(), BackendError> {
-        if weight.rows != 1 || weight.cols != group || group == 0 || !x.cols.is_multiple_of(group) {
-            return Err(BackendError::BadWeight {
-                name: weight.name.clone(),
-                reason: format!(
-                    "norm of {} values applied to groups of {group}",
-                    weight.cols
-                ),
-            });
-        }
+        check_norm_weight(weight, group, x.cols)?;
         let n_groups = (x.len() / group) as u32;
         let threads = (group.next_multiple_of(32)).min(256) as u32;
         let args = [
@@ -631,4 +659,18 @@ impl CudaBackend {
         self.launch(st, "rms_norm_groups", (n_groups, 1), threads, &args)?;
         Ok(())
     }
+}
+
+/// A norm weight of `group` values, applied to rows of `cols` (a multiple of it).
+fn check_norm_weight(weight: &CudaWeight, group: usize, cols: usize) -> Result<(), BackendError> {
+    if weight.rows != 1 || weight.cols != group || group == 0 || !cols.is_multiple_of(group) {
+        return Err(BackendError::BadWeight {
+            name: weight.name.clone(),
+            reason: format!(
+                "norm of {} values applied to groups of {group}",
+                weight.cols
+            ),
+        });
+    }
+    Ok(())
 }

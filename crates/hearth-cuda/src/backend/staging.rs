@@ -35,7 +35,9 @@ impl CudaBackend {
         }
         let may_grow = st.mode == Mode::Eager;
         let dev = st.arena.alloc(self.dev.stream(), bytes.len(), may_grow)?;
-        if st.pinned.push(bytes).is_none() {
+        // NOTE: checked before pushing: a push that fits copies the bytes, and pushing twice
+        // would stage every array twice.
+        if !st.pinned.fits(bytes.len()) {
             if !may_grow {
                 return Err(CudaError::Driver {
                     during: "graph recording",

@@ -10,6 +10,7 @@
 //!                             graph's copy nodes read it there); to_host launches the graph
 //! ```
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 
 use cudarc::driver::CudaGraph;
@@ -57,6 +58,17 @@ pub(super) struct State {
     pub unrecordable: HashSet<u64>,
     /// Arrays staged in this pass and where their copies live on the device.
     pub staged: Vec<(StageKey, u64)>,
+    /// Rows a fused norm also quantized for the int8-activation GEMVs (kernels/model.cu
+    /// `rms_norm_quantize`); forgotten when any other kernel is handed the rows.
+    pub quantized: Cell<Option<Quantized>>,
+}
+
+/// A tensor's 8-bit copy: the tensor's address and the copy's values and group scales.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Quantized {
+    pub of: u64,
+    pub q: u64,
+    pub ds: u64,
 }
 
 impl State {
@@ -69,6 +81,7 @@ impl State {
             seen: HashSet::new(),
             unrecordable: HashSet::new(),
             staged: Vec::new(),
+            quantized: Cell::new(None),
         }
     }
 

@@ -1,0 +1,239 @@
+// Flash attention for prompt chunks, on tensor cores: a block takes a tile of up to 64
+// consecutive queries of one sequence and one head, walks that sequence's keys in tiles of BK
+// through shared memory, and keeps an online softmax per query row (flash attention 2).
+// The decode kernel in model.cu reads every key once per query; here a key tile is read once
+// per 64 queries, and q·k and p·v run as m16n8k16 f16 matrix products with f32 sums.
+//
+// Numerics against the CPU backend (the reference): q is rounded to f16 as there, and q·k sums
+// exact f16 products in f32 (another order). The softmax weights p are rounded to f16 for the
+// p·v product (the CPU keeps them in f32): a relative error of at most 2^-11 per weight, which
+// is why this kernel serves prompt chunks only and decode steps keep the exact kernel.
+//
+// Launch: grid (tiles, heads), 128 threads (4 warps of 16 query rows). `tiles` holds per tile
+// (sequence, first token row, query count); a sequence's tokens are consecutive rows with
+// consecutive positions.
+
+#define FLASH_WARPS 4
+#define FLASH_ROWS (FLASH_WARPS * 16)
+
+// d += a · b for one m16n8k16 tile (a: 16×16 row-major f16, b: 16×8 column-major f16).
+__device__ __forceinline__ void mma_f16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two f32 as f16 in one word, `lo` in the low half (the lower column of a fragment).
+__device__ __forceinline__ u32 pack_half2(float lo, float hi) {
+    return (u32)f32_to_half(lo) | ((u32)f32_to_half(hi) << 16);
+}
+
+__device__ __forceinline__ u32 shared_address(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// The B fragments of two 8-column tiles of a p·v product from a row-major [key][dim] tile:
+// four transposed 8×8 matrices (keys 0-7 and 8-15 of dims 0-7, then of dims 8-15).
+__device__ __forceinline__ void load_v_fragments(u32 addr, u32& b0, u32& b1, u32& b2, u32& b3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
+                 : "r"(addr));
+}
+
+template <int HD, int BK>
+__device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict__ kc,
+                              const u16* __restrict__ vc, float* __restrict__ out,
+                              const u32* tok_pos, const u32* seq_table, const u32* tables,
+                              const u32* tiles, int n_heads, int n_kv_heads, int block_size,
+                              float scale, int window, float softcap) {
+    // Row stride of the shared tiles, padded by 16 bytes: fragment reads of 8 rows then fall
+    // in distinct banks.
+    constexpr int STRIDE = HD + 8;
+    __shared__ __align__(16) u16 ks[BK * STRIDE];
+    __shared__ __align__(16) u16 vs[BK * STRIDE];
+
+    const int h = blockIdx.y;
+    const u32 seq = tiles[3 * blockIdx.x], t0 = tiles[3 * blockIdx.x + 1];
+    const int nq = (int)tiles[3 * blockIdx.x + 2];
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int g = lane / 4, c = lane % 4;  // fragment row group and column pair
+    const int kv_dim = n_kv_heads * HD;
+    const int kv_head = h / (n_heads / n_kv_heads);
+    const u32 table = seq_table[seq];
+    const u32 p0 = tok_pos[t0];  // position of the tile's first query
+    const u32 p_last = p0 + nq - 1;
+    const u32 k_first = (window > 0 && p0 + 1 > (u32)window) ? p0 + 1 - window : 0;
+
+    // This warp's rows g and g + 8 of its 16, as tile rows and positions.
+    const int row0 = warp * 16 + g, row1 = row0 + 8;
+    const bool warp_live = warp * 16 < nq;
+    const u32 warp_last_pos = p0 + min(nq, warp * 16 + 16) - 1;
+
+    // The warp's queries as A fragments, rounded to f16 (rows past the tile are zeros).
+    u32 qf[HD / 16][4];
+    {
+        const size_t q_stride = (size_t)n_heads * HD;
+        const float* q0 = q + (size_t)(t0 + row0) * q_stride + h * HD;
+        const float* q1 = q + (size_t)(t0 + row1) * q_stride + h * HD;
+        const bool ok0 = row0 < nq, ok1 = row1 < nq;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; ++kk) {
+            const int d = kk * 16 + 2 * c;
+            qf[kk][0] = ok0 ? pack_half2(q0[d], q0[d + 1]) : 0u;
+            qf[kk][1] = ok1 ? pack_half2(q1[d], q1[d + 1]) : 0u;
+            qf[kk][2] = ok0 ? pack_half2(q0[d + 8], q0[d + 9]) : 0u;
+            qf[kk][3] = ok1 ? pack_half2(q1[d + 8], q1[d + 9]) : 0u;
+        }
+    }
+
+    float o[HD / 8][4];
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+    const u32 pos_r[2] = {p0 + row0, p0 + row1};
+
+    for (u32 kb = k_first; kb <= p_last; kb += BK) {
+        __syncthreads();  // the last tile's fragments have been read
+        // Keys kb .. kb + BK - 1 of this head into shared memory, 16 bytes at a time; keys
+        // past the tile's last position are zeros (and masked below).
+        constexpr int CHUNKS = HD / 8;
+        for (int i = threadIdx.x; i < BK * CHUNKS; i += FLASH_WARPS * WARP_SIZE) {
+            const int key = i / CHUNKS, ch = i % CHUNKS;
+            const u32 j = kb + key;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+            if (j <= p_last) {
+                const size_t at = kv_slot(tables, table, j, block_size) * kv_dim +
+                                  kv_head * HD + ch * 8;
+                kv = *reinterpret_cast<const uint4*>(kc + at);
+                vv = *reinterpret_cast<const uint4*>(vc + at);
+            }
+            *reinterpret_cast<uint4*>(ks + key * STRIDE + ch * 8) = kv;
+            *reinterpret_cast<uint4*>(vs + key * STRIDE + ch * 8) = vv;
+        }
+        __syncthreads();
+        // Warps past the tile, or whose queries all come before these keys, sit this one out.
+        if (!warp_live || kb > warp_last_pos) continue;
+
+        // s = q · kᵀ for the warp's 16 rows and BK keys.
+        float s[BK / 8][4];
+#pragma unroll
+        for (int n = 0; n < BK / 8; ++n) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            const u16* krow = ks + (n * 8 + g) * STRIDE + 2 * c;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; ++kk) {
+                const u32 b0 = *reinterpret_cast<const u32*>(krow + kk * 16);
+                const u32 b1 = *reinterpret_cast<const u32*>(krow + kk * 16 + 8);
+                mma_f16(s[n], qf[kk], b0, b1);
+            }
+        }
+        // Scale, soft-cap and mask, then the online softmax of each of the thread's 2 rows.
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const u32 pos = pos_r[r];
+            const u32 lo = (window > 0 && pos + 1 > (u32)window) ? pos + 1 - window : 0;
+            const bool row_ok = (r == 0 ? row0 : row1) < nq;
+            float mx = NEG_INF;
+#pragma unroll
+            for (int n = 0; n < BK / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const u32 j = kb + n * 8 + 2 * c + e;
+                    float x = s[n][2 * r + e] * scale;
+                    if (softcap > 0.f) x = softcap * tanhf(x / softcap);
+                    x = (row_ok && j <= pos && j >= lo) ? x : NEG_INF;
+                    s[n][2 * r + e] = x;
+                    mx = fmaxf(mx, x);
+                }
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+            const float m_new = fmaxf(m[r], mx);
+            // A row that has seen no key yet keeps m = -inf: subtract 0 so that exp gives 0.
+            const float base = m_new == NEG_INF ? 0.f : m_new;
+            const float corr = expf(m[r] - base);
+            float sum = 0.f;
+#pragma unroll
+            for (int n = 0; n < BK / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    // Rounded here so that the sum weighs exactly what p·v multiplies.
+                    const float p = round_f16(expf(s[n][2 * r + e] - base));
+                    s[n][2 * r + e] = p;
+                    sum += p;
+                }
+            }
+            sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+            sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+            l[r] = l[r] * corr + sum;
+            m[r] = m_new;
+#pragma unroll
+            for (int n = 0; n < HD / 8; ++n) {
+                o[n][2 * r] *= corr;
+                o[n][2 * r + 1] *= corr;
+            }
+        }
+        // o += p · v: the s accumulators of key tiles 2k and 2k + 1 are the A fragment of
+        // keys 16k .. 16k + 15.
+#pragma unroll
+        for (int k = 0; k < BK / 16; ++k) {
+            const u32 a[4] = {pack_half2(s[2 * k][0], s[2 * k][1]),
+                              pack_half2(s[2 * k][2], s[2 * k][3]),
+                              pack_half2(s[2 * k + 1][0], s[2 * k + 1][1]),
+                              pack_half2(s[2 * k + 1][2], s[2 * k + 1][3])};
+            // Lane l names row (l % 8) + 8 ((l / 8) % 2) of dims + 8 (l / 16) of its matrix.
+            const int key = k * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+            const u32 row_addr = shared_address(vs + key * STRIDE + 8 * (lane / 16));
+#pragma unroll
+            for (int n = 0; n < HD / 8; n += 2) {
+                u32 b0, b1, b2, b3;
+                load_v_fragments(row_addr + n * 8 * 2, b0, b1, b2, b3);
+                mma_f16(o[n], a, b0, b1);
+                mma_f16(o[n + 1], a, b2, b3);
+            }
+        }
+    }
+
+    if (!warp_live) return;
+    const size_t o_stride = (size_t)n_heads * HD;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = r == 0 ? row0 : row1;
+        if (row >= nq) continue;
+        // Every query sees at least its own position, so l > 0.
+        const float inv = 1.f / l[r];
+        float* dst = out + (size_t)(t0 + row) * o_stride + h * HD + 2 * c;
+#pragma unroll
+        for (int n = 0; n < HD / 8; ++n) {
+            dst[n * 8] = o[n][2 * r] * inv;
+            dst[n * 8 + 1] = o[n][2 * r + 1] * inv;
+        }
+    }
+}
+
+#define FLASH_PARAMS                                                                        \
+    const float *q, const u16 *kc, const u16 *vc, float *out, const u32 *tok_pos,            \
+        const u32 *seq_table, const u32 *tables, const u32 *tiles, int n_heads,              \
+        int n_kv_heads, int block_size, float scale, int window, float softcap
+#define FLASH_ARGS                                                                            \
+    q, kc, vc, out, tok_pos, seq_table, tables, tiles, n_heads, n_kv_heads, block_size, scale, \
+        window, softcap
+
+// One kernel per head size with a multiple of 16 (the mma's k); others keep model.cu's kernel.
+// BK keeps the two shared tiles under the 48 KiB of static shared memory.
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
+flash_prefill_hd16(FLASH_PARAMS) { flash_prefill<16, 64>(FLASH_ARGS); }
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
+flash_prefill_hd32(FLASH_PARAMS) { flash_prefill<32, 64>(FLASH_ARGS); }
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
+flash_prefill_hd64(FLASH_PARAMS) { flash_prefill<64, 64>(FLASH_ARGS); }
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
+flash_prefill_hd96(FLASH_PARAMS) { flash_prefill<96, 64>(FLASH_ARGS); }
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
+flash_prefill_hd128(FLASH_PARAMS) { flash_prefill<128, 64>(FLASH_ARGS); }
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
+flash_prefill_hd256(FLASH_PARAMS) { flash_prefill<256, 32>(FLASH_ARGS); }
