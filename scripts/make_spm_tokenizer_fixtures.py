@@ -8,7 +8,8 @@ split of every piece into two pieces, ranked by the merged piece's score. Each v
 only in how spaces become U+2581:
 
   llama   normalizer Prepend("▁") + Replace(" ", "▁")   (Llama 2, TinyLlama, Mistral v0.1, Phi 3 mini)
-  gemma   normalizer Replace(" ", "▁"), no prefix         (Gemma 1 / 2 / 3)
+  gemma   normalizer Replace(" ", "▁"), no prefix, and the (no-op) Split at " " that
+          transformers writes after it                     (Gemma 1 / 2 / 3)
 
 Writes tests/fixtures/spm-tokenizers/<variant>/: tokenizer.json, tokenizer_config.json and
 reference.json, which holds the token ids HF `tokenizers` gives for varied texts, without
@@ -24,7 +25,8 @@ import os
 import sys
 
 import sentencepiece as spm
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
+from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        processors)
 
 # A small alphabet, so that 302 pieces (3 control, 256 bytes) leave room for merges that
 # compete: "he", "the", "her", "▁her", "other", ...; every other character falls back to bytes.
@@ -102,6 +104,7 @@ def make_tokenizer(vocab, merges, variant):
         strip = [decoders.Strip(" ", 1, 0)]
     else:
         tok.normalizer = replace
+        tok.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_previous")
         strip = []
     tok.decoder = decoders.Sequence(
         [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()] + strip)

@@ -93,6 +93,9 @@ pub fn space_prefix(tj: &HfConfig) -> Result<bool, ModelError> {
                     prefix |= metaspace_prefix(tj, &key, step)?;
                     replaces_space = true;
                 }
+                // NOTE: transformers writes Gemma tokenizers with a split at " " after the
+                // normalizer's Replace(" ", "▁"): no space is left to split at.
+                "Split" if replaces_space && splits_at_space(step) => {}
                 other => return Err(unsupported(tj, &key, other)),
             }
         }
@@ -131,6 +134,15 @@ fn is_space_to_spm(step: &Map<String, Json>) -> bool {
         .and_then(|p| p.get("String"))
         .and_then(Json::as_str);
     pattern == Some(" ") && step.get("content").and_then(Json::as_str) == Some(SPM_SPACE)
+}
+
+/// `Split` at the string " ".
+fn splits_at_space(step: &Map<String, Json>) -> bool {
+    let pattern = step
+        .get("pattern")
+        .and_then(|p| p.get("String"))
+        .and_then(Json::as_str);
+    pattern == Some(" ")
 }
 
 /// Whether a `Metaspace` step adds a `▁`: `prepend_scheme` ("always", "first", "never"), or
@@ -223,6 +235,12 @@ mod tests {
             "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
         }));
         assert!(!space_prefix(&gemma).unwrap());
+        let gemma_split = tokenizer_json(serde_json::json!({
+            "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+            "pre_tokenizer": {"type": "Split", "pattern": {"String": " "},
+                              "behavior": "MergedWithPrevious", "invert": false}
+        }));
+        assert!(!space_prefix(&gemma_split).unwrap());
         let mistral = tokenizer_json(serde_json::json!({
             "normalizer": null,
             "pre_tokenizer": {"type": "Metaspace", "replacement": "▁",
@@ -249,6 +267,13 @@ mod tests {
         }));
         let e = space_prefix(&split).unwrap_err().to_string();
         assert!(e.contains("'pre_tokenizer.split'"), "{e}");
+        // A split at spaces that are still there is a real split.
+        let split = tokenizer_json(serde_json::json!({
+            "pre_tokenizer": {"type": "Split", "pattern": {"String": " "},
+                              "behavior": "MergedWithPrevious", "invert": false}
+        }));
+        let e = space_prefix(&split).unwrap_err().to_string();
+        assert!(e.contains("'pre_tokenizer'") && e.contains("Split"), "{e}");
         let none = tokenizer_json(serde_json::json!({"normalizer": null}));
         let e = space_prefix(&none).unwrap_err().to_string();
         assert!(
