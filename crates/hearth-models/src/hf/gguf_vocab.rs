@@ -45,7 +45,7 @@ pub fn add_tokenizer(
         .and_then(Json::as_object)
         .ok_or_else(|| tj.error("model", "is missing or not an object"))?;
     let kind = vocab_kind(&tj, model)?;
-    let (mut tokens, mut types) = vocab(&tj, model, ck.config.n_vocab)?;
+    let (tokens, types) = vocab(&tj, model, ck.config.n_vocab)?;
     let merges = merges(&tj, model)?;
     let id_of = |s: &str| tokens.iter().position(|t| t == s).map(|i| i as u32);
     let config_path = dir.join("tokenizer_config.json");
@@ -74,37 +74,7 @@ pub fn add_tokenizer(
         ("tokenizer.ggml.padding_token_id", named("pad_token")),
     ];
     let unk = unk_id(model, &tokens);
-    let mut kv = Vec::new();
-    match kind {
-        VocabKind::ByteLevel => {
-            kv.push(("tokenizer.ggml.model", Value::String("gpt2".into())));
-            kv.push(("tokenizer.ggml.pre", Value::String(pre.into())));
-        }
-        VocabKind::SentencePiece { .. } => {
-            kv.push(("tokenizer.ggml.model", Value::String("llama".into())));
-            kv.push(("tokenizer.ggml.pre", Value::String("default".into())));
-            spm_types(&mut tokens, &mut types, unk);
-            let scores = spm_vocab::scores(&tokens, &merges);
-            kv.push((
-                "tokenizer.ggml.scores",
-                Value::Array(scores.into_iter().map(Value::F32).collect()),
-            ));
-        }
-    }
-    kv.push((
-        "tokenizer.ggml.tokens",
-        Value::Array(tokens.into_iter().map(Value::String).collect()),
-    ));
-    kv.push((
-        "tokenizer.ggml.token_type",
-        Value::Array(types.into_iter().map(Value::I32).collect()),
-    ));
-    if let VocabKind::ByteLevel = kind {
-        kv.push((
-            "tokenizer.ggml.merges",
-            Value::Array(merges.into_iter().map(Value::String).collect()),
-        ));
-    }
+    let mut kv = vocab_keys(kind, pre, tokens, types, merges, unk);
     for (key, id) in ids {
         if let Some(id) = id {
             kv.push((key, Value::U32(id)));
@@ -136,6 +106,44 @@ pub fn add_tokenizer(
         w.add_kv(k, v)?;
     }
     Ok(())
+}
+
+/// The vocabulary's keys: the tokenizer model and its pre-tokenizer name, tokens, types, and
+/// merges (byte-level BPE) or scores (SentencePiece).
+fn vocab_keys(
+    kind: VocabKind,
+    pre: &str,
+    mut tokens: Vec<String>,
+    mut types: Vec<i32>,
+    merges: Vec<String>,
+    unk: Option<u32>,
+) -> Vec<(&'static str, Value)> {
+    let strings = |list: Vec<String>| Value::Array(list.into_iter().map(Value::String).collect());
+    let mut kv = Vec::new();
+    let mut scores = None;
+    match kind {
+        VocabKind::ByteLevel => {
+            kv.push(("tokenizer.ggml.model", Value::String("gpt2".into())));
+            kv.push(("tokenizer.ggml.pre", Value::String(pre.into())));
+        }
+        VocabKind::SentencePiece { .. } => {
+            kv.push(("tokenizer.ggml.model", Value::String("llama".into())));
+            kv.push(("tokenizer.ggml.pre", Value::String("default".into())));
+            spm_types(&mut tokens, &mut types, unk);
+            scores = Some(spm_vocab::scores(&tokens, &merges));
+        }
+    }
+    kv.push(("tokenizer.ggml.tokens", strings(tokens)));
+    if let Some(scores) = scores {
+        let scores = scores.into_iter().map(Value::F32).collect();
+        kv.push(("tokenizer.ggml.scores", Value::Array(scores)));
+    }
+    let types = types.into_iter().map(Value::I32).collect();
+    kv.push(("tokenizer.ggml.token_type", Value::Array(types)));
+    if let VocabKind::ByteLevel = kind {
+        kv.push(("tokenizer.ggml.merges", strings(merges)));
+    }
+    kv
 }
 
 /// The two tokenizer families convert writes.
