@@ -10,6 +10,8 @@ only in how spaces become U+2581:
   llama   normalizer Prepend("▁") + Replace(" ", "▁")   (Llama 2, TinyLlama, Mistral v0.1, Phi 3 mini)
   gemma   normalizer Replace(" ", "▁"), no prefix, and the (no-op) Split at " " that
           transformers writes after it                     (Gemma 1 / 2 / 3)
+  mistral Metaspace("▁", prepend_scheme "first") pre-tokenizer, no normalizer
+                                                           (Mistral v0.3, non-legacy Llama)
 
 Writes tests/fixtures/spm-tokenizers/<variant>/: tokenizer.json, tokenizer_config.json and
 reference.json, which holds the token ids HF `tokenizers` gives for varied texts, without
@@ -102,10 +104,13 @@ def make_tokenizer(vocab, merges, variant):
     if variant == "llama":
         tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), replace])
         strip = [decoders.Strip(" ", 1, 0)]
-    else:
+    elif variant == "gemma":
         tok.normalizer = replace
         tok.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_previous")
         strip = []
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace("▁", prepend_scheme="first", split=False)
+        strip = [decoders.Strip(" ", 1, 0)]
     tok.decoder = decoders.Sequence(
         [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()] + strip)
     tok.post_processor = processors.TemplateProcessing(
@@ -128,7 +133,7 @@ def write_variant(out_root, variant, vocab, merges):
         "eos_token": "</s>",
         "unk_token": "<unk>",
         "chat_template": TEMPLATE,
-        "tokenizer_class": "LlamaTokenizerFast" if variant == "llama" else "GemmaTokenizerFast",
+        "tokenizer_class": "GemmaTokenizerFast" if variant == "gemma" else "LlamaTokenizerFast",
     }
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump(config, f, indent=2, ensure_ascii=False)
@@ -145,7 +150,7 @@ def write_variant(out_root, variant, vocab, merges):
 def main():
     out_root = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/spm-tokenizers"
     vocab, merges = merges_of(train_pieces())
-    for variant in ["llama", "gemma"]:
+    for variant in ["llama", "gemma", "mistral"]:
         write_variant(out_root, variant, vocab, merges)
 
 

@@ -32,7 +32,7 @@ struct TokenizerRef {
 }
 
 /// The fixture tokenizer `variant` ("llama": Prepend + Replace normalizer; "gemma": Replace,
-/// no space prefix).
+/// no space prefix; "mistral": Metaspace pre-tokenizer).
 fn spm_fixture(variant: &str) -> PathBuf {
     fixture("spm-tokenizers").join(variant)
 }
@@ -94,6 +94,39 @@ fn gemma_style_tokenizer_converts_to_hf_s_ids() {
     converted_tokenizer_matches_hf("gemma");
 }
 
+/// A `Metaspace` tokenizer (Mistral v0.3) converts to the same vocabulary as the `Prepend`
+/// one, `add_space_prefix` and all, as llama.cpp writes such a model from its
+/// tokenizer.model: the converted file gives the `llama` variant's ids on every text. HF's
+/// `Metaspace` adds no `▁` before text that starts with a space or (`prepend_scheme: "first"`)
+/// follows an added token, so HF's own ids differ from those on exactly such texts.
+#[test]
+fn metaspace_tokenizer_converts_as_sentencepiece_tokenizes() {
+    let dir = folder_with("mistral", "ids");
+    let gguf = convert(&dir, "mistral");
+    let _ = std::fs::remove_dir_all(&dir);
+    let engine = open_engine_with(&gguf, 64, KvType::F16);
+    let _ = std::fs::remove_file(&gguf);
+    assert_matches_hf(
+        &engine.tokenizer,
+        "llama",
+        "ids from the converted Metaspace GGUF",
+    );
+    let hf: TokenizerRef = read_json(&spm_fixture("mistral").join("reference.json"));
+    let added = ["[INST]", "[/INST]", "<tool>"];
+    for t in &hf.texts {
+        let ids = engine.tokenizer.encode(&t.text, true).expect("encodes");
+        let differs = t.text.starts_with(' ') || added.iter().any(|a| t.text.contains(a));
+        // "call <tool>..." differs only after <tool>, "x[INST]..." only after [INST].
+        assert_eq!(
+            ids != t.ids,
+            differs,
+            "{:?}: {ids:?} vs HF {:?}",
+            t.text,
+            t.ids
+        );
+    }
+}
+
 /// Metadata key `key` of `file` as text, "absent" when missing.
 fn key(file: &GgufFile, key: &str) -> String {
     file.metadata()
@@ -104,7 +137,7 @@ fn key(file: &GgufFile, key: &str) -> String {
 /// The keys llama.cpp's converter writes for a SentencePiece vocabulary.
 #[test]
 fn spm_metadata_is_llama_cpp_s() {
-    for (variant, prefix) in [("llama", "true"), ("gemma", "false")] {
+    for (variant, prefix) in [("llama", "true"), ("gemma", "false"), ("mistral", "true")] {
         let dir = folder_with(variant, "keys");
         let gguf = convert(&dir, &format!("keys-{variant}"));
         let _ = std::fs::remove_dir_all(&dir);
