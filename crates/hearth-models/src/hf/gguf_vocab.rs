@@ -1,5 +1,7 @@
 //! `tokenizer.ggml.*` keys from a folder's `tokenizer.json`, `tokenizer_config.json` and chat
-//! template, as llama.cpp's converter writes them for byte-level BPE tokenizers.
+//! template, as llama.cpp's converter writes them: byte-level BPE tokenizers become its
+//! `"gpt2"` model (tokens and merges), SentencePiece-style ones (a `BPE` model with
+//! `byte_fallback`, spaces as `▁`) its `"llama"` model (tokens and scores, see [`spm_vocab`]).
 
 use std::path::Path;
 
@@ -7,11 +9,12 @@ use hearth_gguf::{GgufWriter, Value};
 use serde_json::{Map, Value as Json};
 
 use super::config::HfConfig;
-use super::HfCheckpoint;
+use super::{spm_vocab, HfCheckpoint};
 use crate::ModelError;
 
 /// llama.cpp's token types.
 const NORMAL: i32 = 1;
+const UNKNOWN: i32 = 2;
 const CONTROL: i32 = 3;
 const USER_DEFINED: i32 = 4;
 const UNUSED: i32 = 5;
@@ -41,19 +44,7 @@ pub fn add_tokenizer(
         .get("model")
         .and_then(Json::as_object)
         .ok_or_else(|| tj.error("model", "is missing or not an object"))?;
-    if model.get("type").and_then(Json::as_str) != Some("BPE") {
-        return Err(tj.error(
-            "model.type",
-            "is not \"BPE\": only byte-level BPE tokenizers can be converted yet",
-        ));
-    }
-    if !byte_level(tj.get("pre_tokenizer")) {
-        return Err(tj.error(
-            "pre_tokenizer",
-            "has no ByteLevel step: a SentencePiece-style tokenizer, which convert does not \
-             write yet (only byte-level BPE)",
-        ));
-    }
+    let kind = vocab_kind(&tj, model)?;
     let (tokens, types) = vocab(&tj, model, ck.config.n_vocab)?;
     let merges = merges(&tj, model)?;
     let id_of = |s: &str| tokens.iter().position(|t| t == s).map(|i| i as u32);
@@ -82,22 +73,8 @@ pub fn add_tokenizer(
         ),
         ("tokenizer.ggml.padding_token_id", named("pad_token")),
     ];
-    let mut kv = vec![
-        ("tokenizer.ggml.model", Value::String("gpt2".into())),
-        ("tokenizer.ggml.pre", Value::String(pre.into())),
-        (
-            "tokenizer.ggml.tokens",
-            Value::Array(tokens.into_iter().map(Value::String).collect()),
-        ),
-        (
-            "tokenizer.ggml.token_type",
-            Value::Array(types.into_iter().map(Value::I32).collect()),
-        ),
-        (
-            "tokenizer.ggml.merges",
-            Value::Array(merges.into_iter().map(Value::String).collect()),
-        ),
-    ];
+    let unk = unk_id(model, &tokens);
+    let mut kv = vocab_keys(kind, pre, tokens, types, merges, unk);
     for (key, id) in ids {
         if let Some(id) = id {
             kv.push((key, Value::U32(id)));
@@ -106,6 +83,22 @@ pub fn add_tokenizer(
     if let Some(add_bos) = add_bos(&tc, &tj) {
         kv.push(("tokenizer.ggml.add_bos_token", Value::Bool(add_bos)));
     }
+    if let VocabKind::SentencePiece { add_space_prefix } = kind {
+        // NOTE: hearth and llama.cpp default a "llama" vocabulary's unknown token to 0, its
+        // EOS appending to false and its space prefix to true: written out, none is assumed.
+        if let Some(unk) = unk {
+            kv.push(("tokenizer.ggml.unknown_token_id", Value::U32(unk)));
+        }
+        let add_eos = tc.get("add_eos_token").and_then(Json::as_bool);
+        kv.push((
+            "tokenizer.ggml.add_eos_token",
+            Value::Bool(add_eos.unwrap_or(false)),
+        ));
+        kv.push((
+            "tokenizer.ggml.add_space_prefix",
+            Value::Bool(add_space_prefix),
+        ));
+    }
     if let Some(t) = chat_template(dir, &tc)? {
         kv.push(("tokenizer.chat_template", Value::String(t)));
     }
@@ -113,6 +106,118 @@ pub fn add_tokenizer(
         w.add_kv(k, v)?;
     }
     Ok(())
+}
+
+/// The vocabulary's keys: the tokenizer model and its pre-tokenizer name, tokens, types, and
+/// merges (byte-level BPE) or scores (SentencePiece).
+fn vocab_keys(
+    kind: VocabKind,
+    pre: &str,
+    mut tokens: Vec<String>,
+    mut types: Vec<i32>,
+    merges: Vec<String>,
+    unk: Option<u32>,
+) -> Vec<(&'static str, Value)> {
+    let strings = |list: Vec<String>| Value::Array(list.into_iter().map(Value::String).collect());
+    let mut kv = Vec::new();
+    let mut scores = None;
+    match kind {
+        VocabKind::ByteLevel => {
+            kv.push(("tokenizer.ggml.model", Value::String("gpt2".into())));
+            kv.push(("tokenizer.ggml.pre", Value::String(pre.into())));
+        }
+        VocabKind::SentencePiece { .. } => {
+            kv.push(("tokenizer.ggml.model", Value::String("llama".into())));
+            kv.push(("tokenizer.ggml.pre", Value::String("default".into())));
+            spm_types(&mut tokens, &mut types, unk);
+            scores = Some(spm_vocab::scores(&tokens, &merges));
+        }
+    }
+    kv.push(("tokenizer.ggml.tokens", strings(tokens)));
+    if let Some(scores) = scores {
+        let scores = scores.into_iter().map(Value::F32).collect();
+        kv.push(("tokenizer.ggml.scores", Value::Array(scores)));
+    }
+    let types = types.into_iter().map(Value::I32).collect();
+    kv.push(("tokenizer.ggml.token_type", Value::Array(types)));
+    if let VocabKind::ByteLevel = kind {
+        kv.push(("tokenizer.ggml.merges", strings(merges)));
+    }
+    kv
+}
+
+/// The two tokenizer families convert writes.
+#[derive(Debug, Clone, Copy)]
+enum VocabKind {
+    /// GPT-2-style byte-level BPE: llama.cpp's "gpt2" model.
+    ByteLevel,
+    /// SentencePiece-style BPE with byte fallback: llama.cpp's "llama" model.
+    SentencePiece { add_space_prefix: bool },
+}
+
+/// Which family `tokenizer.json` is; any other is an error naming the field that says so.
+fn vocab_kind(tj: &HfConfig, model: &Map<String, Json>) -> Result<VocabKind, ModelError> {
+    match model.get("type").and_then(Json::as_str) {
+        Some("BPE") => {}
+        Some(other) => {
+            return Err(tj.error(
+                "model.type",
+                format!(
+                    "is {other:?}: convert writes BPE tokenizers only (byte-level, or \
+                     SentencePiece-style with byte_fallback)"
+                ),
+            ))
+        }
+        None => return Err(tj.error("model.type", "is missing")),
+    }
+    if byte_level(tj.get("pre_tokenizer")) {
+        return Ok(VocabKind::ByteLevel);
+    }
+    if model.get("byte_fallback").and_then(Json::as_bool) != Some(true) {
+        return Err(tj.error(
+            "pre_tokenizer",
+            "has no ByteLevel step and model.byte_fallback is not true: neither byte-level \
+             BPE nor SentencePiece-style BPE, the two kinds convert writes",
+        ));
+    }
+    for key in ["dropout", "continuing_subword_prefix", "end_of_word_suffix"] {
+        if model.get(key).is_some_and(|v| !v.is_null()) {
+            return Err(tj.error(
+                &format!("model.{key}"),
+                "is set: llama.cpp's SentencePiece tokenizer has no such setting",
+            ));
+        }
+    }
+    if model.get("ignore_merges").and_then(Json::as_bool) == Some(true) {
+        return Err(tj.error(
+            "model.ignore_merges",
+            "is true: llama.cpp's SentencePiece tokenizer always merges",
+        ));
+    }
+    Ok(VocabKind::SentencePiece {
+        add_space_prefix: spm_vocab::space_prefix(tj)?,
+    })
+}
+
+/// The id of `model.unk_token`, when it names a token.
+fn unk_id(model: &Map<String, Json>, tokens: &[String]) -> Option<u32> {
+    let unk = model.get("unk_token").and_then(Json::as_str)?;
+    tokens.iter().position(|t| t == unk).map(|i| i as u32)
+}
+
+/// SentencePiece token types as llama.cpp's converter gives them: `<0xXX>` pieces are BYTE,
+/// the unknown token UNKNOWN unless an added special token (then CONTROL, as
+/// tokenizer_config.json's `added_tokens_decoder` makes it there), and user-defined tokens
+/// spell `▁` as the space it stands for, so that they match raw text.
+fn spm_types(tokens: &mut [String], types: &mut [i32], unk: Option<u32>) {
+    for (i, (text, ty)) in tokens.iter_mut().zip(types.iter_mut()).enumerate() {
+        match *ty {
+            NORMAL if spm_vocab::is_byte_token(text) => *ty = spm_vocab::BYTE,
+            NORMAL if unk == Some(i as u32) => *ty = UNKNOWN,
+            USER_DEFINED => *text = text.replace('\u{2581}', " "),
+            _ => {}
+        }
+    }
 }
 
 /// Whether a `pre_tokenizer` is (or has, in a `Sequence`) a `ByteLevel` step: GPT-2-style

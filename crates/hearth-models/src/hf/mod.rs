@@ -10,6 +10,7 @@ mod gguf_vocab;
 pub mod mlx;
 mod rope;
 pub mod safetensors;
+mod spm_vocab;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
