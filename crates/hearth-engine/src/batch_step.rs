@@ -19,6 +19,23 @@ impl Engine {
     /// logits of its `logits_rows`, `[rows, n_vocab]` row-major. All or nothing: if KV blocks run
     /// out or the forward fails, no sequence advances.
     pub fn step_batch(&mut self, work: &mut [SeqStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        let n_vocab = self.n_vocab();
+        let sizes: Vec<usize> = work.iter().map(|w| w.logits_rows.len() * n_vocab).collect();
+        let logits = self.step_batch_logits(work)?;
+        let mut offset = 0;
+        Ok(sizes
+            .iter()
+            .map(|&n| {
+                offset += n;
+                logits[offset - n..offset].to_vec()
+            })
+            .collect())
+    }
+
+    /// [`Engine::step_batch`] without splitting the logits: every sequence's rows one after
+    /// the other, `[Σ logits_rows, n_vocab]`, in the engine's buffer (valid until the next
+    /// step). What a caller that only samples needs, without copying tens of MB a step.
+    pub fn step_batch_logits(&mut self, work: &mut [SeqStep]) -> Result<&[f32], EngineError> {
         for w in work.iter() {
             let end = w.seq.tokens.len() + w.tokens.len();
             if w.tokens.is_empty() {
@@ -83,17 +100,11 @@ impl Engine {
                 return Err(e.into());
             }
         }
-        let n_vocab = self.n_vocab();
-        let mut out = Vec::with_capacity(work.len());
-        let mut offset = 0;
         for w in work.iter_mut() {
-            let n = w.logits_rows.len() * n_vocab;
-            out.push(logits[offset..offset + n].to_vec());
-            offset += n;
             w.seq.tokens.extend_from_slice(w.tokens);
         }
         self.logits = logits;
-        Ok(out)
+        Ok(&self.logits)
     }
 
     fn reserve_all(&mut self, work: &mut [SeqStep]) -> Result<(), EngineError> {
