@@ -9,7 +9,7 @@ use hearth_backend::{
 use hearth_quant::GgmlType;
 use wgpu::util::DeviceExt;
 
-use crate::device::{AdapterInfo, Gpu};
+use crate::device::{AdapterInfo, FmaChoice, Gpu};
 use crate::int8::Inputs;
 use crate::kernels::{block_reader, Module};
 use crate::recorder::{Bind, Grid, Recorder};
@@ -67,7 +67,13 @@ impl WgpuBackend {
     /// As [`open`](Self::open); `subgroups: false` keeps to the kernels without subgroup
     /// operations even where the adapter has them (the path for adapters that lack them).
     pub fn open_with(subgroups: bool) -> Result<WgpuBackend, WgpuError> {
-        let gpu = Gpu::open(subgroups)?;
+        Self::open_with_fma(subgroups, FmaChoice::Probe)
+    }
+
+    /// As [`open_with`](Self::open_with), with the multiply-add of the 8-bit matmuls chosen
+    /// by `fma` (tests run both kinds on one device).
+    pub fn open_with_fma(subgroups: bool, fma: FmaChoice) -> Result<WgpuBackend, WgpuError> {
+        let gpu = Gpu::open(subgroups, fma)?;
         let rec = Mutex::new(Recorder::new(&gpu));
         let dummy = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("unused binding"),
@@ -306,6 +312,9 @@ impl Backend for WgpuBackend {
         }
         if i.subgroups {
             extras.push("subgroups");
+        }
+        if i.native_fma {
+            extras.push("fused fma");
         }
         format!("wgpu ({}; {})", i.name, extras.join(", "))
     }

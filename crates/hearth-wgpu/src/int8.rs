@@ -144,7 +144,7 @@ impl WgpuBackend {
         let groups = (w.rows * q.n_tokens).div_ceil(4);
         self.recorder().dispatch(
             &self.gpu,
-            Module::MatmulInt8(w.ty),
+            Module::MatmulInt8(w.ty, self.gpu.info.native_fma),
             "matmul",
             &binds,
             Grid::Groups(groups),

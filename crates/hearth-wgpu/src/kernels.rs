@@ -47,8 +47,9 @@ pub enum Module {
     /// The weight type, and whether the reduction uses subgroup operations.
     Matmul(GgmlType, bool),
     /// The 8-bit matmul of a weight type of [`INT8_TYPES`] (no subgroup operations: its
-    /// final sum has a fixed order).
-    MatmulInt8(GgmlType),
+    /// final sum has a fixed order), and whether it uses the device's `fma` (`true`, where
+    /// that is fused) or the exact emulation of fma.wgsl.
+    MatmulInt8(GgmlType, bool),
     /// Activation quantization to Q8_0 / Q8_K blocks for `MatmulInt8`.
     Quantize,
     Embed(GgmlType),
@@ -74,7 +75,11 @@ impl Module {
             .iter()
             .flat_map(|&t| [Module::Matmul(t, false), Module::Matmul(t, true)])
             .collect();
-        all.extend(INT8_TYPES.iter().map(|&t| Module::MatmulInt8(t)));
+        all.extend(
+            INT8_TYPES
+                .iter()
+                .flat_map(|&t| [Module::MatmulInt8(t, false), Module::MatmulInt8(t, true)]),
+        );
         all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
         all.extend([
             Module::Quantize,
@@ -102,7 +107,7 @@ impl Module {
         let body = match self {
             Module::Matmul(t, false) => return weight_source(&[MATMUL, MATMUL_SHARED], t),
             Module::Matmul(t, true) => return weight_source(&[MATMUL, MATMUL_SUBGROUP], t),
-            Module::MatmulInt8(t) => return int8_source(t),
+            Module::MatmulInt8(t, native_fma) => return int8_source(t, native_fma),
             Module::Embed(t) => return weight_source(&[EMBED], t),
             Module::Quantize => QUANTIZE,
             Module::Elementwise => ELEMENTWISE,
@@ -177,7 +182,11 @@ pub fn int8_reader(ty: GgmlType) -> Option<Int8Reader> {
     })
 }
 
-fn int8_source(ty: GgmlType) -> String {
+/// `fma_rn` as the device's own `fma`, for devices where the probe found it fused.
+const NATIVE_FMA: &str =
+    "fn fma_rn(a: f32, b: f32, c: f32) -> f32 {\n    return fma(a, b, c);\n}\n";
+
+fn int8_source(ty: GgmlType, native_fma: bool) -> String {
     // Module::all() and the backend only build these modules for INT8_TYPES.
     let Some(r) = int8_reader(ty) else {
         return format!("// no 8-bit matmul for {ty}");
@@ -187,5 +196,6 @@ fn int8_source(ty: GgmlType) -> String {
         .replace("QBLOCK", &format!("{}u", r.block))
         .replace("QLANE", r.lane)
         .replace("QMINS", r.mins);
-    format!("{PRELUDE}\n{DEQUANT}\n{FMA}\n{kernel}")
+    let fma = if native_fma { NATIVE_FMA } else { FMA };
+    format!("{PRELUDE}\n{DEQUANT}\n{fma}\n{kernel}")
 }

@@ -12,12 +12,13 @@
 mod attention;
 mod backend;
 mod device;
+mod fma_probe;
 mod int8;
 pub mod kernels;
 mod recorder;
 
 pub use backend::{WgpuBackend, WgpuKvCache, WgpuTensor, WgpuWeight};
-pub use device::AdapterInfo;
+pub use device::{AdapterInfo, FmaChoice};
 
 /// Why the backend could not be opened or an operation failed.
 #[derive(Debug, thiserror::Error)]
