@@ -1,6 +1,6 @@
 //! [`WgpuBackend`]: the [`Backend`] trait over wgpu buffers and the WGSL kernels.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use hearth_backend::{
     Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeKind,
@@ -12,12 +12,13 @@ use wgpu::util::DeviceExt;
 use crate::device::{AdapterInfo, FmaChoice, Gpu};
 use crate::int8::Inputs;
 use crate::kernels::{block_reader, Module};
+use crate::pool::{BufferPool, Pooled};
 use crate::recorder::{Bind, Grid, Recorder};
 use crate::WgpuError;
 
 /// A dense f32 activation matrix in a device buffer.
 pub struct WgpuTensor {
-    pub(crate) buf: wgpu::Buffer,
+    pub(crate) buf: Pooled,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
 }
@@ -42,6 +43,8 @@ pub struct WgpuBackend {
     pub(crate) rec: Mutex<Recorder>,
     /// Bound where a kernel's layout has a buffer that an entry point does not read.
     pub(crate) dummy: wgpu::Buffer,
+    /// Activation buffers for reuse.
+    pool: Arc<BufferPool>,
 }
 
 /// `Err(Unsupported(msg()))` unless `ok`.
@@ -81,7 +84,12 @@ impl WgpuBackend {
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
-        Ok(WgpuBackend { gpu, rec, dummy })
+        Ok(WgpuBackend {
+            gpu,
+            rec,
+            dummy,
+            pool: Arc::default(),
+        })
     }
 
     /// What the adapter offers.
@@ -384,7 +392,12 @@ impl Backend for WgpuBackend {
     }
 
     fn alloc(&self, rows: usize, cols: usize) -> Result<WgpuTensor, BackendError> {
-        let buf = self.buffer((rows * cols * 4) as u64)?;
+        let bytes = ((rows * cols * 4) as u64).max(16).next_multiple_of(4);
+        let buf = match self.pool.take(bytes) {
+            Some(b) => b,
+            None => self.buffer(bytes)?,
+        };
+        let buf = Pooled::new(buf, Some(self.pool.clone()));
         Ok(WgpuTensor { buf, rows, cols })
     }
 
@@ -393,6 +406,7 @@ impl Backend for WgpuBackend {
             format!("upload of {} values as [{rows}, {cols}]", data.len())
         })?;
         let buf = self.init_buffer("activation", bytemuck::cast_slice(data))?;
+        let buf = Pooled::new(buf, None);
         Ok(WgpuTensor { buf, rows, cols })
     }
 

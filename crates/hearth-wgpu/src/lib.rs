@@ -15,6 +15,7 @@ mod device;
 mod fma_probe;
 mod int8;
 pub mod kernels;
+mod pool;
 mod recorder;
 
 pub use backend::{WgpuBackend, WgpuKvCache, WgpuTensor, WgpuWeight};
