@@ -3,8 +3,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hearth_backend::{
-    Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeKind,
-    RopeSpec,
+    Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeSpec,
 };
 use hearth_quant::GgmlType;
 use wgpu::util::DeviceExt;
@@ -12,6 +11,7 @@ use wgpu::util::DeviceExt;
 use crate::device::{AdapterInfo, FmaChoice, Gpu};
 use crate::int8::Inputs;
 use crate::kernels::{block_reader, Module};
+use crate::norm::{check_rope, rope_table, NormInput};
 use crate::pool::{BufferPool, Pooled};
 use crate::recorder::{Bind, Grid, Recorder};
 use crate::WgpuError;
@@ -288,25 +288,6 @@ impl WgpuBackend {
 /// How long one read-back may wait for the device before the request fails.
 const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// cos and sin of each rotation angle at each position, `[n_tokens, n_rot / 2, 2]`, computed
-/// as the CPU reference does (angle by repeated multiplication, as ggml does).
-fn rope_table(positions: &[u32], rope: &RopeSpec) -> Vec<f32> {
-    let half = rope.n_rot / 2;
-    let theta_scale = rope.freq_base.powf(-2.0 / rope.n_rot as f32);
-    let mut out = Vec::with_capacity(positions.len() * half * 2);
-    for &pos in positions {
-        let mut theta = pos as f32;
-        for i in 0..half {
-            let factor = rope.freq_factors.get(i).copied().unwrap_or(1.0);
-            let t = rope.freq_scale * (theta / factor);
-            out.push(t.cos());
-            out.push(t.sin());
-            theta *= theta_scale;
-        }
-    }
-    out
-}
-
 impl Backend for WgpuBackend {
     type Tensor = WgpuTensor;
     type Weight = WgpuWeight;
@@ -525,29 +506,18 @@ impl Backend for WgpuBackend {
         group: usize,
         eps: f32,
     ) -> Result<(), BackendError> {
-        check(
-            group > 0 && weight.rows == 1 && weight.cols == group && x.cols.is_multiple_of(group),
-            || {
-                format!(
-                    "rms_norm of [{}, {}] in groups of {group} with '{}' [{}, {}]",
-                    x.rows, x.cols, weight.name, weight.rows, weight.cols
-                )
-            },
-        )?;
-        let n_groups = x.rows * x.cols / group;
-        let params = words(&[group as u32, n_groups as u32, eps.to_bits(), 0]);
-        let binds = [
-            Bind::Buffer(&x.buf),
-            Bind::Buffer(&weight.buf),
-            Bind::Host(&params),
-        ];
-        Ok(self.recorder().dispatch(
-            &self.gpu,
-            Module::Norm,
-            "rms_norm",
-            &binds,
-            Grid::Groups(n_groups),
-        )?)
+        self.norm(x, weight, group, eps, NormInput::InPlace)
+    }
+
+    fn rms_norm_copy(
+        &self,
+        x: &WgpuTensor,
+        weight: &WgpuWeight,
+        eps: f32,
+    ) -> Result<WgpuTensor, BackendError> {
+        let mut out = self.alloc(x.rows, x.cols)?;
+        self.norm(&mut out, weight, x.cols, eps, NormInput::From(x))?;
+        Ok(out)
     }
 
     fn rope(
@@ -557,45 +527,30 @@ impl Backend for WgpuBackend {
         head_dim: usize,
         rope: &RopeSpec,
     ) -> Result<(), BackendError> {
-        check(
-            positions.len() == x.rows
-                && head_dim > 0
-                && x.cols.is_multiple_of(head_dim)
-                && rope.n_rot <= head_dim
-                && rope.n_rot.is_multiple_of(2),
-            || {
-                format!(
-                    "rope of [{}, {}] at {} positions, head_dim {head_dim}, n_rot {}",
-                    x.rows,
-                    x.cols,
-                    positions.len(),
-                    rope.n_rot
-                )
-            },
-        )?;
-        let half = rope.n_rot / 2;
-        let heads = x.cols / head_dim;
-        let n = x.rows * heads * half;
+        self.rope_only(x, positions, head_dim, rope)
+    }
+
+    fn qk_norm_rope(
+        &self,
+        q: &mut WgpuTensor,
+        k: &mut WgpuTensor,
+        norms: Option<(&WgpuWeight, &WgpuWeight)>,
+        positions: &[u32],
+        head_dim: usize,
+        rope: &RopeSpec,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        let Some((qn, kn)) = norms else {
+            self.rope_only(q, positions, head_dim, rope)?;
+            return self.rope_only(k, positions, head_dim, rope);
+        };
+        check_rope(q, positions, head_dim, rope)?;
+        check_rope(k, positions, head_dim, rope)?;
         let table = rope_table(positions, rope);
-        let neox = (rope.kind == RopeKind::Neox) as u32;
-        let params = words(&[
-            n as u32,
-            x.cols as u32,
-            head_dim as u32,
-            half as u32,
-            heads as u32,
-            neox,
-            0,
-            0,
-        ]);
-        let binds = [
-            Bind::Buffer(&x.buf),
-            Bind::Host(bytemuck::cast_slice(&table)),
-            Bind::Host(&params),
-        ];
-        Ok(self
-            .recorder()
-            .dispatch(&self.gpu, Module::Rope, "rope", &binds, Grid::Threads(n))?)
+        let with = NormInput::Rope(&table, rope);
+        self.norm(q, qn, head_dim, eps, with)?;
+        let with = NormInput::Rope(&table, rope);
+        self.norm(k, kn, head_dim, eps, with)
     }
 
     fn add(&self, x: &mut WgpuTensor, y: &WgpuTensor) -> Result<(), BackendError> {

@@ -96,7 +96,8 @@ impl Module {
         match self {
             Module::Matmul(..) | Module::MatmulInt8(..) | Module::Embed(_) => &[R, R, RW, R],
             Module::Elementwise => &[RW, R, R, R],
-            Module::Norm | Module::Rope => &[RW, R, R],
+            Module::Norm => &[RW, R, R, R],
+            Module::Rope => &[RW, R, R],
             Module::Quantize => &[R, RW, R],
             Module::Attention => &[R, R, R, RW, RW, RW, R, R],
         }

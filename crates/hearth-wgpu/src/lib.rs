@@ -15,6 +15,7 @@ mod device;
 mod fma_probe;
 mod int8;
 pub mod kernels;
+mod norm;
 mod pool;
 mod recorder;
 

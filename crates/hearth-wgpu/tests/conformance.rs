@@ -212,6 +212,31 @@ fn elementwise_on<B: Backend>(
             .expect("rope");
         out.push((format!("rope {kind:?} n_rot {n_rot}"), host(&x)));
     }
+    let x = be.rms_norm_copy(&up(a), &nw, 1e-6).expect("rms_norm_copy");
+    out.push(("rms_norm_copy".into(), host(&x)));
+    // QK-norm then rope, fused on the GPU; full and partial rotation.
+    for (kind, n_rot) in [(RopeKind::Neox, 32), (RopeKind::Normal, 16)] {
+        let spec = RopeSpec {
+            kind,
+            n_rot,
+            freq_base: 1e6,
+            freq_scale: 1.0,
+            freq_factors: vec![],
+        };
+        let (mut q, mut k) = (up(a), up(b));
+        be.qk_norm_rope(
+            &mut q,
+            &mut k,
+            Some((&hw, &hw)),
+            &[3, 9, 1000],
+            head_dim,
+            &spec,
+            1e-6,
+        )
+        .expect("qk_norm_rope");
+        out.push((format!("qk_norm_rope {kind:?} {n_rot} q"), host(&q)));
+        out.push((format!("qk_norm_rope {kind:?} {n_rot} k"), host(&k)));
+    }
     let mut x = up(a);
     be.add(&mut x, &up(b)).expect("add");
     out.push(("add".into(), host(&x)));
