@@ -18,7 +18,9 @@ const EMBED: &str = include_str!("kernels/embed.wgsl");
 const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
 const NORM: &str = include_str!("kernels/norm.wgsl");
 const ROPE: &str = include_str!("kernels/rope.wgsl");
+const ATTENTION_COMMON: &str = include_str!("kernels/attention_common.wgsl");
 const ATTENTION: &str = include_str!("kernels/attention.wgsl");
+const ATTENTION_SPLIT: &str = include_str!("kernels/attention_split.wgsl");
 
 /// Weight types the matmul and embed kernels read.
 pub const WEIGHT_TYPES: &[GgmlType] = &[
@@ -57,6 +59,8 @@ pub enum Module {
     Norm,
     Rope,
     Attention,
+    /// Attention split over the positions, for few tokens over a long context.
+    AttentionSplit,
 }
 
 /// How a kernel binds a buffer.
@@ -87,6 +91,7 @@ impl Module {
             Module::Norm,
             Module::Rope,
             Module::Attention,
+            Module::AttentionSplit,
         ]);
         all
     }
@@ -100,6 +105,7 @@ impl Module {
             Module::Rope => &[RW, R, R],
             Module::Quantize => &[R, RW, R],
             Module::Attention => &[R, R, R, RW, RW, RW, R, R],
+            Module::AttentionSplit => &[R, R, R, RW, R, R, RW],
         }
     }
 
@@ -114,7 +120,10 @@ impl Module {
             Module::Elementwise => ELEMENTWISE,
             Module::Norm => NORM,
             Module::Rope => ROPE,
-            Module::Attention => ATTENTION,
+            Module::Attention => return format!("{PRELUDE}\n{ATTENTION_COMMON}\n{ATTENTION}"),
+            Module::AttentionSplit => {
+                return format!("{PRELUDE}\n{ATTENTION_COMMON}\n{ATTENTION_SPLIT}")
+            }
         };
         format!("{PRELUDE}\n{body}")
     }

@@ -370,6 +370,97 @@ fn paged_attention() {
     }
 }
 
+/// A prompt of `len` tokens, then one decode step of two sequences (the second sharing the
+/// first's cache blocks as a copy of its table): the decode step's output. Over a long context
+/// the decode step takes the split (flash-decode) kernels.
+fn long_attention_on<B: Backend>(
+    be: &B,
+    rng_seed: u64,
+    len: usize,
+    window: Option<usize>,
+) -> Vec<f32> {
+    let (n_heads, n_kv, hd, bs) = (4, 2, 64, 16);
+    let (q_dim, kv_dim) = (n_heads * hd, n_kv * hd);
+    let n_blocks = (len + 1).div_ceil(bs) + 1;
+    let mut cache = be
+        .new_kv_cache(&KvSpec {
+            kv_dims: vec![kv_dim],
+            n_blocks,
+            block_size: bs,
+            dtype: KvType::F16,
+        })
+        .expect("cache");
+    // Blocks in reverse order: a scattered table.
+    let table: Vec<u32> = (0..n_blocks as u32).rev().collect();
+    let params = AttnParams {
+        n_heads,
+        n_kv_heads: n_kv,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+        window,
+        softcap: None,
+    };
+    let mut rng = StdRng::seed_from_u64(rng_seed);
+    let mut step = |n: usize, seqs: &[AttnSeq]| {
+        let batch = AttnBatch {
+            seqs,
+            block_size: bs,
+        };
+        let q = be
+            .upload(&random(&mut rng, n * q_dim), n, q_dim)
+            .expect("q");
+        let k = be
+            .upload(&random(&mut rng, n * kv_dim), n, kv_dim)
+            .expect("k");
+        let v = be
+            .upload(&random(&mut rng, n * kv_dim), n, kv_dim)
+            .expect("v");
+        let mut out = be.alloc(n, q_dim).expect("out");
+        be.attention(&q, &k, &v, &mut cache, 0, &batch, &params, &mut out)
+            .expect("attention");
+        be.to_host(&out).expect("to_host")
+    };
+    let prompt = AttnSeq {
+        token_start: 0,
+        n_tokens: len,
+        first_pos: 0,
+        block_table: &table,
+    };
+    step(len, &[prompt]);
+    // Token `len` of the sequence, and a second query at position len - 1 over the same
+    // blocks (the key it writes there is overwritten with a different one).
+    let decode = [
+        AttnSeq {
+            token_start: 0,
+            n_tokens: 1,
+            first_pos: len,
+            block_table: &table,
+        },
+        AttnSeq {
+            token_start: 1,
+            n_tokens: 1,
+            first_pos: len - 1,
+            block_table: &table,
+        },
+    ];
+    step(2, &decode)
+}
+
+#[test]
+fn split_attention_over_a_long_context() {
+    let Some(g) = gpu() else { return };
+    for (len, window) in [(300, None), (300, Some(150)), (150, None)] {
+        let want = long_attention_on(&cpu(), 5, len, window);
+        let got = long_attention_on(&g, 5, len, window);
+        let e = nmse(&want, &got);
+        eprintln!("long attention {len} window {window:?}: nmse {e:.2e}");
+        assert!(
+            e < 1e-6,
+            "long attention {len} window {window:?}: nmse {e:.2e}"
+        );
+    }
+}
+
 #[test]
 fn bad_inputs_are_errors() {
     let Some(g) = gpu() else { return };
