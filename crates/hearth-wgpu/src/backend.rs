@@ -9,8 +9,8 @@ use hearth_quant::GgmlType;
 use wgpu::util::DeviceExt;
 
 use crate::device::{AdapterInfo, FmaChoice, Gpu};
-use crate::int8::Inputs;
-use crate::kernels::{block_reader, Module};
+use crate::int8::{Epilogue, Inputs};
+use crate::kernels::{block_reader, int8_reader, Module};
 use crate::norm::{check_rope, rope_table, NormInput};
 use crate::pool::{BufferPool, Pooled};
 use crate::recorder::{Bind, Grid, Recorder};
@@ -45,6 +45,8 @@ pub struct WgpuBackend {
     pub(crate) dummy: wgpu::Buffer,
     /// Activation buffers for reuse.
     pool: Arc<BufferPool>,
+    /// The read-back staging buffer, for reuse.
+    staging: Mutex<Option<wgpu::Buffer>>,
 }
 
 /// `Err(Unsupported(msg()))` unless `ok`.
@@ -89,6 +91,7 @@ impl WgpuBackend {
             rec,
             dummy,
             pool: Arc::default(),
+            staging: Mutex::new(None),
         })
     }
 
@@ -200,7 +203,12 @@ impl WgpuBackend {
                 )
             },
         )?;
-        if self.matmul_int8(w, inputs, out, accumulate)?.is_some() {
+        let epilogue = if accumulate {
+            Epilogue::Add
+        } else {
+            Epilogue::Store
+        };
+        if self.matmul_int8(w, inputs, out, epilogue)?.is_some() {
             return Ok(());
         }
         let x = self.rounded_input(w.ty, inputs)?.unwrap_or(x);
@@ -259,16 +267,26 @@ impl WgpuBackend {
         if bytes == 0 {
             return Ok(());
         }
-        let staging = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("read-back"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        // The last read-back's staging buffer, when it is large enough (decode reads the
+        // same logits every step); a failed read-back drops its buffer.
+        let kept = self
+            .staging
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let staging = match kept {
+            Some(b) if b.size() >= bytes => b,
+            _ => self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("read-back"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        };
         self.recorder().submit(&self.gpu, |enc| {
             enc.copy_buffer_to_buffer(&t.buf, 0, &staging, 0, bytes);
         })?;
-        let slice = staging.slice(..);
+        let slice = staging.slice(..bytes);
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
@@ -281,6 +299,7 @@ impl WgpuBackend {
         }
         out.extend_from_slice(bytemuck::cast_slice(&slice.get_mapped_range()));
         staging.unmap();
+        *self.staging.lock().unwrap_or_else(|p| p.into_inner()) = Some(staging);
         Ok(())
     }
 }
@@ -484,6 +503,16 @@ impl Backend for WgpuBackend {
         out: &mut WgpuTensor,
     ) -> Result<(), BackendError> {
         let mut inputs = Inputs::new(x);
+        let fused = act == Activation::Silu
+            && int8_reader(gate.ty).is_some()
+            && int8_reader(up.ty).is_some()
+            && (gate.rows, gate.cols) == (up.rows, up.cols);
+        if fused {
+            // SwiGLU in the up projection's epilogue: out = silu(gate · x) · (up · x).
+            self.matmul_with(gate, &mut inputs, out, false)?;
+            self.matmul_int8(up, &mut inputs, out, Epilogue::SiluGate)?;
+            return Ok(());
+        }
         let mut u = self.alloc(out.rows, out.cols)?;
         self.matmul_with(gate, &mut inputs, out, false)?;
         self.matmul_with(up, &mut inputs, &mut u, false)?;

@@ -16,6 +16,18 @@ use crate::backend::{check, words, WgpuBackend, WgpuTensor, WgpuWeight};
 use crate::kernels::{int8_reader, Module};
 use crate::recorder::{Bind, Grid};
 
+/// What the 8-bit matmul does with each output value (`epilogue` in matmul_int8.wgsl).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Epilogue {
+    /// `out = W · x`.
+    Store = 0,
+    /// `out += W · x`.
+    Add = 1,
+    /// `out = silu(out) · (W · x)`: `out` holds the gate projection and `W` is the up one
+    /// (a SwiGLU in the up projection's dispatch instead of one of its own).
+    SiluGate = 2,
+}
+
 /// Activations quantized on the device, in quantize.wgsl's layout.
 pub(crate) struct Int8Acts {
     /// The activation type (Q8_0 or Q8_K).
@@ -103,14 +115,14 @@ impl WgpuBackend {
         })
     }
 
-    /// `out (+)= W · x` for a weight with an 8-bit matmul (`Some(())`), or `None` for other
-    /// weight types. Shapes are checked by the caller.
+    /// `W · x` into `out` as `epilogue` says for a weight with an 8-bit matmul (`Some(())`),
+    /// or `None` for other weight types. Shapes are checked by the caller.
     pub(crate) fn matmul_int8(
         &self,
         w: &WgpuWeight,
         inputs: &mut Inputs,
         out: &mut WgpuTensor,
-        accumulate: bool,
+        epilogue: Epilogue,
     ) -> Result<Option<()>, BackendError> {
         let Some(act) = int8_reader(w.ty).map(|r| r.act) else {
             return Ok(None);
@@ -129,7 +141,7 @@ impl WgpuBackend {
             w.cols as u32,
             q.n_tokens as u32,
             w.row_bytes as u32,
-            accumulate as u32,
+            epilogue as u32,
             q.scales as u32,
             q.sums as u32,
             0,

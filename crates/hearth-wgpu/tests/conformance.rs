@@ -665,6 +665,43 @@ fn shared_input_matmuls_match_cpu() {
     }
 }
 
+/// gated_matmul with SiLU over 8-bit weights runs the SwiGLU in the up projection's epilogue:
+/// the same bits as the two matmuls and the glu op apart.
+#[test]
+fn fused_swiglu_equals_separate_ops() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(9);
+    let (rows, cols, n) = (96, 512, 3);
+    let x = g.upload(&random(&mut rng, n * cols), n, cols).expect("x");
+    for (gt, ut) in [
+        (GgmlType::Q8_0, GgmlType::Q8_0),
+        (GgmlType::Q4_K, GgmlType::Q6_K),
+    ] {
+        let load = |ty, rng: &mut StdRng| {
+            g.load_weight(weight("w", ty, rows, cols, &random(rng, rows * cols)))
+                .expect("weight")
+        };
+        let (gate, up) = (load(gt, &mut rng), load(ut, &mut rng));
+        let mut fused = g.alloc(n, rows).expect("alloc");
+        g.gated_matmul(&gate, &up, &x, Activation::Silu, &mut fused)
+            .expect("gated");
+        let mut a = g.alloc(n, rows).expect("alloc");
+        let mut b = g.alloc(n, rows).expect("alloc");
+        g.matmul(&gate, &x, &mut a).expect("gate");
+        g.matmul(&up, &x, &mut b).expect("up");
+        g.glu(&mut a, &b, Activation::Silu).expect("glu");
+        let (f, s) = (
+            g.to_host(&fused).expect("host"),
+            g.to_host(&a).expect("host"),
+        );
+        let same = f.iter().zip(&s).all(|(p, q)| p.to_bits() == q.to_bits());
+        assert!(
+            same,
+            "{gt}/{ut}: the fused SwiGLU differs from the separate ops"
+        );
+    }
+}
+
 /// matmul3 over `ws` and gated_matmul (SiLU) of `gate` and `up`, all on `x`.
 fn shared_on<B: Backend>(
     be: &B,
