@@ -253,11 +253,13 @@ fn main() {
     };
     step.run(); // compiles the kernels
     for _ in 0..reps {
+        let before = be.dispatches_recorded();
         let (host, total) = step.run();
         println!(
-            "step   {:9.2} ms   host recording {:7.2} ms",
+            "step   {:9.2} ms   host recording {:7.2} ms   {} dispatches",
             total * 1e3,
-            host * 1e3
+            host * 1e3,
+            be.dispatches_recorded() - before
         );
     }
 

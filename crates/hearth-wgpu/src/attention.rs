@@ -155,7 +155,7 @@ pub(crate) fn attention(
         Bind::Buffer(&v.buf),
         Bind::Buffer(kc),
         Bind::Buffer(vc),
-        Bind::Buffer(&out.buf),
+        Bind::Buffer(out.written()),
         Bind::Host(&single),
         Bind::Host(&aux),
     ];
@@ -191,7 +191,7 @@ pub(crate) fn attention(
         Bind::Buffer(&q.buf),
         Bind::Buffer(kc),
         Bind::Buffer(vc),
-        Bind::Buffer(&out.buf),
+        Bind::Buffer(out.written()),
         Bind::Host(&params),
         Bind::Host(&aux),
         Bind::Buffer(&part.buf),

@@ -1,5 +1,6 @@
 //! [`WgpuBackend`]: the [`Backend`] trait over wgpu buffers and the WGSL kernels.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hearth_backend::{
@@ -9,7 +10,7 @@ use hearth_quant::GgmlType;
 use wgpu::util::DeviceExt;
 
 use crate::device::{AdapterInfo, FmaChoice, Gpu};
-use crate::int8::{Epilogue, Inputs};
+use crate::int8::{Epilogue, Inputs, Int8Acts};
 use crate::kernels::{block_reader, int8_reader, Module};
 use crate::norm::{check_rope, rope_table, NormInput};
 use crate::pool::{BufferPool, Pooled};
@@ -21,6 +22,26 @@ pub struct WgpuTensor {
     pub(crate) buf: Pooled,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
+    /// The values quantized to Q8_0 blocks by the kernel that wrote them (a norm in front of
+    /// projections), for the 8-bit matmuls that read the tensor; cleared by any write.
+    pub(crate) int8: Option<Box<Int8Acts>>,
+}
+
+impl WgpuTensor {
+    pub(crate) fn new(buf: Pooled, rows: usize, cols: usize) -> WgpuTensor {
+        WgpuTensor {
+            buf,
+            rows,
+            cols,
+            int8: None,
+        }
+    }
+
+    /// The buffer, for a dispatch that writes it: forms derived from the old values go.
+    pub(crate) fn written(&mut self) -> &wgpu::Buffer {
+        self.int8 = None;
+        &self.buf
+    }
 }
 
 /// A weight on the device: raw GGUF blocks for a matrix, f32 values for a vector.
@@ -43,10 +64,16 @@ pub struct WgpuBackend {
     pub(crate) rec: Mutex<Recorder>,
     /// Bound where a kernel's layout has a buffer that an entry point does not read.
     pub(crate) dummy: wgpu::Buffer,
+    /// The same for a second unused binding that is read-write (one buffer cannot be bound
+    /// read-only and read-write in one dispatch).
+    pub(crate) dummy_rw: wgpu::Buffer,
     /// Activation buffers for reuse.
     pool: Arc<BufferPool>,
     /// The read-back staging buffer, for reuse.
     staging: Mutex<Option<wgpu::Buffer>>,
+    /// A matmul has quantized its input to Q8_0 blocks: norms in front of projections then
+    /// quantize their output in the same dispatch (see `rms_norm_copy`).
+    pub(crate) norms_quantize: AtomicBool,
 }
 
 /// `Err(Unsupported(msg()))` unless `ok`.
@@ -80,24 +107,37 @@ impl WgpuBackend {
     pub fn open_with_fma(subgroups: bool, fma: FmaChoice) -> Result<WgpuBackend, WgpuError> {
         let gpu = Gpu::open(subgroups, fma)?;
         let rec = Mutex::new(Recorder::new(&gpu));
-        let dummy = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("unused binding"),
-            size: 16,
-            usage: wgpu::BufferUsages::STORAGE,
-            mapped_at_creation: false,
-        });
+        let unused = |label| {
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: 16,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        };
+        let (dummy, dummy_rw) = (
+            unused("unused binding"),
+            unused("unused read-write binding"),
+        );
         Ok(WgpuBackend {
             gpu,
             rec,
             dummy,
+            dummy_rw,
             pool: Arc::default(),
             staging: Mutex::new(None),
+            norms_quantize: AtomicBool::new(false),
         })
     }
 
     /// What the adapter offers.
     pub fn adapter(&self) -> &AdapterInfo {
         &self.gpu.info
+    }
+
+    /// Dispatches recorded since the device was opened (for benchmarks).
+    pub fn dispatches_recorded(&self) -> u64 {
+        self.recorder().total_dispatches
     }
 
     pub(crate) fn recorder(&self) -> MutexGuard<'_, Recorder> {
@@ -225,7 +265,7 @@ impl WgpuBackend {
         let binds = [
             Bind::Buffer(&w.buf),
             Bind::Buffer(&x.buf),
-            Bind::Buffer(&out.buf),
+            Bind::Buffer(out.written()),
             Bind::Host(&params),
         ];
         // One workgroup per (row, tile of 4 tokens): see kernels/matmul.wgsl.
@@ -398,7 +438,7 @@ impl Backend for WgpuBackend {
             None => self.buffer(bytes)?,
         };
         let buf = Pooled::new(buf, Some(self.pool.clone()));
-        Ok(WgpuTensor { buf, rows, cols })
+        Ok(WgpuTensor::new(buf, rows, cols))
     }
 
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<WgpuTensor, BackendError> {
@@ -407,7 +447,7 @@ impl Backend for WgpuBackend {
         })?;
         let buf = self.init_buffer("activation", bytemuck::cast_slice(data))?;
         let buf = Pooled::new(buf, None);
-        Ok(WgpuTensor { buf, rows, cols })
+        Ok(WgpuTensor::new(buf, rows, cols))
     }
 
     fn to_host(&self, t: &WgpuTensor) -> Result<Vec<f32>, BackendError> {
@@ -421,9 +461,9 @@ impl Backend for WgpuBackend {
     }
 
     fn copy(&self, t: &WgpuTensor) -> Result<WgpuTensor, BackendError> {
-        let out = self.alloc(t.rows, t.cols)?;
+        let mut out = self.alloc(t.rows, t.cols)?;
         let n = t.rows * t.cols;
-        self.elementwise("copy", &out.buf, Some(&t.buf), (n, t.cols), 0.0, &[])?;
+        self.elementwise("copy", out.written(), Some(&t.buf), (n, t.cols), 0.0, &[])?;
         Ok(out)
     }
 
@@ -462,7 +502,7 @@ impl Backend for WgpuBackend {
         let binds = [
             Bind::Buffer(&table.buf),
             Bind::Host(&ids),
-            Bind::Buffer(&out.buf),
+            Bind::Buffer(out.written()),
             Bind::Host(&params),
         ];
         let n = tokens.len() * table.cols;
@@ -545,7 +585,23 @@ impl Backend for WgpuBackend {
         eps: f32,
     ) -> Result<WgpuTensor, BackendError> {
         let mut out = self.alloc(x.rows, x.cols)?;
-        self.norm(&mut out, weight, x.cols, eps, NormInput::From(x))?;
+        // NOTE: the norm in front of the projections writes their Q8_0 input too, once a Q8_0
+        // matmul has been seen (a model of 8-bit-activation weights): a quantize dispatch fewer
+        // per projection group. The matmuls take it from the tensor (same bits as quantizing
+        // it apart); K-quant weights (Q8_K activations) still quantize apart.
+        if self.norms_quantize.load(Ordering::Relaxed) && x.cols.is_multiple_of(32) {
+            let q = self.alloc_int8(GgmlType::Q8_0, x.rows, x.cols)?;
+            self.norm(
+                &mut out,
+                weight,
+                x.cols,
+                eps,
+                NormInput::FromQuantized(x, &q),
+            )?;
+            out.int8 = Some(Box::new(q));
+        } else {
+            self.norm(&mut out, weight, x.cols, eps, NormInput::From(x))?;
+        }
         Ok(out)
     }
 
@@ -589,18 +645,13 @@ impl Backend for WgpuBackend {
                 x.rows, x.cols, y.rows, y.cols
             )
         })?;
-        self.elementwise(
-            "add",
-            &x.buf,
-            Some(&y.buf),
-            (x.rows * x.cols, x.cols),
-            0.0,
-            &[],
-        )
+        let (n, cols) = (x.rows * x.cols, x.cols);
+        self.elementwise("add", x.written(), Some(&y.buf), (n, cols), 0.0, &[])
     }
 
     fn scale(&self, x: &mut WgpuTensor, s: f32) -> Result<(), BackendError> {
-        self.elementwise("scale", &x.buf, None, (x.rows * x.cols, x.cols), s, &[])
+        let (n, cols) = (x.rows * x.cols, x.cols);
+        self.elementwise("scale", x.written(), None, (n, cols), s, &[])
     }
 
     fn glu(
@@ -620,7 +671,8 @@ impl Backend for WgpuBackend {
             Activation::GeluTanh => "glu_gelu",
         };
         let n = gate.rows * gate.cols;
-        self.elementwise(entry, &gate.buf, Some(&up.buf), (n, gate.cols), 0.0, &[])
+        let cols = gate.cols;
+        self.elementwise(entry, gate.written(), Some(&up.buf), (n, cols), 0.0, &[])
     }
 
     fn gather_rows(&self, x: &WgpuTensor, rows: &[usize]) -> Result<WgpuTensor, BackendError> {

@@ -13,6 +13,7 @@ const MATMUL_SHARED: &str = include_str!("kernels/matmul_shared.wgsl");
 const MATMUL_SUBGROUP: &str = include_str!("kernels/matmul_subgroup.wgsl");
 const MATMUL_INT8: &str = include_str!("kernels/matmul_int8.wgsl");
 const QUANTIZE: &str = include_str!("kernels/quantize.wgsl");
+const QUANTIZE_COMMON: &str = include_str!("kernels/quantize_common.wgsl");
 const FMA: &str = include_str!("kernels/fma.wgsl");
 const EMBED: &str = include_str!("kernels/embed.wgsl");
 const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
@@ -101,7 +102,7 @@ impl Module {
         match self {
             Module::Matmul(..) | Module::MatmulInt8(..) | Module::Embed(_) => &[R, R, RW, R],
             Module::Elementwise => &[RW, R, R, R],
-            Module::Norm => &[RW, R, R, R],
+            Module::Norm => &[RW, R, R, R, RW],
             Module::Rope => &[RW, R, R],
             Module::Quantize => &[R, RW, R],
             Module::Attention => &[R, R, R, RW, RW, RW, R, R],
@@ -116,9 +117,9 @@ impl Module {
             Module::Matmul(t, true) => return weight_source(&[MATMUL, MATMUL_SUBGROUP], t),
             Module::MatmulInt8(t, native_fma) => return int8_source(t, native_fma),
             Module::Embed(t) => return weight_source(&[EMBED], t),
-            Module::Quantize => QUANTIZE,
+            Module::Quantize => return format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{QUANTIZE}"),
             Module::Elementwise => ELEMENTWISE,
-            Module::Norm => NORM,
+            Module::Norm => return format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{NORM}"),
             Module::Rope => ROPE,
             Module::Attention => return format!("{PRELUDE}\n{ATTENTION_COMMON}\n{ATTENTION}"),
             Module::AttentionSplit => {

@@ -4,6 +4,7 @@
 use hearth_backend::{BackendError, RopeKind, RopeSpec};
 
 use crate::backend::{check, words, WgpuBackend, WgpuTensor, WgpuWeight};
+use crate::int8::Int8Acts;
 use crate::kernels::Module;
 use crate::recorder::{Bind, Grid};
 
@@ -13,6 +14,8 @@ pub(crate) enum NormInput<'a> {
     InPlace,
     /// Another tensor of the same shape (`x` is then only written).
     From(&'a WgpuTensor),
+    /// As `From`, and `x` quantized to the Q8_0 blocks of the second.
+    FromQuantized(&'a WgpuTensor, &'a Int8Acts),
     /// In place, then rotary embedding with this cos/sin table ([`rope_table`]); the norm's
     /// groups are the heads.
     Rope(&'a [f32], &'a RopeSpec),
@@ -82,16 +85,25 @@ impl WgpuBackend {
             },
         )?;
         let n_groups = x.rows * x.cols / group;
+        let mut q_out = None;
         let (entry, aux, half, neox) = match input {
             NormInput::InPlace => ("rms_norm", None, 0, false),
-            NormInput::From(src) => {
+            NormInput::From(src) | NormInput::FromQuantized(src, _) => {
                 check((src.rows, src.cols) == (x.rows, x.cols), || {
                     format!(
                         "rms_norm of [{}, {}] into [{}, {}]",
                         src.rows, src.cols, x.rows, x.cols
                     )
                 })?;
-                ("rms_norm_to", Some(Bind::Buffer(&src.buf)), 0, false)
+                let mut entry = "rms_norm_to";
+                if let NormInput::FromQuantized(_, q) = input {
+                    check(group == x.cols && group.is_multiple_of(32), || {
+                        format!("Q8_0 blocks of rows of {} in groups of {group}", x.cols)
+                    })?;
+                    entry = "rms_norm_to_q8";
+                    q_out = Some(q);
+                }
+                (entry, Some(Bind::Buffer(&src.buf)), 0, false)
             }
             NormInput::Rope(table, rope) => (
                 "rms_norm_rope",
@@ -107,14 +119,15 @@ impl WgpuBackend {
             half as u32,
             (x.cols / group) as u32,
             neox as u32,
-            0,
+            q_out.map_or(0, |q| q.scales as u32),
             0,
         ]);
         let binds = [
-            Bind::Buffer(&x.buf),
+            Bind::Buffer(x.written()),
             Bind::Buffer(&weight.buf),
             Bind::Host(&params),
             aux.unwrap_or(Bind::Buffer(&self.dummy)),
+            Bind::Buffer(q_out.map_or(&self.dummy_rw, |q| &*q.buf.buf)),
         ];
         Ok(self.recorder().dispatch(
             &self.gpu,
@@ -150,7 +163,7 @@ impl WgpuBackend {
             0,
         ]);
         let binds = [
-            Bind::Buffer(&x.buf),
+            Bind::Buffer(x.written()),
             Bind::Host(bytemuck::cast_slice(&table)),
             Bind::Host(&params),
         ];

@@ -78,6 +78,8 @@ pub(crate) struct Recorder {
     align: u64,
     /// Dispatches recorded since the last submit.
     pub n_dispatches: usize,
+    /// Dispatches recorded since the device was opened.
+    pub total_dispatches: u64,
 }
 
 impl Recorder {
@@ -96,6 +98,7 @@ impl Recorder {
                 .min_storage_buffer_offset_alignment
                 .max(16) as u64,
             n_dispatches: 0,
+            total_dispatches: 0,
         }
     }
 
@@ -185,6 +188,7 @@ impl Recorder {
         pass.set_bind_group(0, group, &[]);
         pass.dispatch_workgroups(x as u32, y as u32, 1);
         self.n_dispatches += 1;
+        self.total_dispatches += 1;
         Ok(())
     }
 

@@ -702,6 +702,60 @@ fn fused_swiglu_equals_separate_ops() {
     }
 }
 
+/// Once a Q8_0 matmul has run, the norm in front of projections also quantizes its output to
+/// Q8_0 blocks in the same dispatch, and the 8-bit matmuls take them from there: the same bits
+/// as a norm and a matmul apart, also after the normed tensor is written again.
+#[test]
+fn fused_norm_quantize_equals_separate_ops() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(10);
+    let (rows, cols, n) = (64, 1024, 3);
+    let w = g
+        .load_weight(weight(
+            "w",
+            GgmlType::Q8_0,
+            rows,
+            cols,
+            &random(&mut rng, rows * cols),
+        ))
+        .expect("weight");
+    let nw = g
+        .load_weight(weight(
+            "norm",
+            GgmlType::F32,
+            1,
+            cols,
+            &random(&mut rng, cols),
+        ))
+        .expect("norm");
+    let x = g.upload(&random(&mut rng, n * cols), n, cols).expect("x");
+    let host = |t: &hearth_wgpu::WgpuTensor| g.to_host(t).expect("to_host");
+    let matmul = |h: &hearth_wgpu::WgpuTensor| {
+        let mut out = g.alloc(n, rows).expect("alloc");
+        g.matmul(&w, h, &mut out).expect("matmul");
+        host(&out)
+    };
+    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    matmul(&x); // a Q8_0 matmul: from here on norms quantize their output
+    let mut fused = g.rms_norm_copy(&x, &nw, 1e-6).expect("norm");
+    let mut apart = g.copy(&x).expect("copy");
+    g.rms_norm(&mut apart, &nw, cols, 1e-6).expect("norm");
+    assert_eq!(bits(host(&fused)), bits(host(&apart)), "normed values");
+    assert_eq!(
+        bits(matmul(&fused)),
+        bits(matmul(&apart)),
+        "matmul of the normed values"
+    );
+    // Written again: the blocks quantized by the norm no longer apply.
+    g.scale(&mut fused, -3.5).expect("scale");
+    g.scale(&mut apart, -3.5).expect("scale");
+    assert_eq!(
+        bits(matmul(&fused)),
+        bits(matmul(&apart)),
+        "matmul after a write"
+    );
+}
+
 /// matmul3 over `ws` and gated_matmul (SiLU) of `gate` and `up`, all on `x`.
 fn shared_on<B: Backend>(
     be: &B,

@@ -2,8 +2,10 @@
 // weight. One 64-thread workgroup per group. `rms_norm` works in place, `rms_norm_to` reads
 // the values from `aux` (a norm in front of a projection: one dispatch instead of a copy and
 // a norm), `rms_norm_rope` also rotates each group as rope.wgsl does, with the cos/sin table
-// in `aux` (QK-norm then rotary embedding of one head: one dispatch instead of two). Each
-// value goes through the same f32 steps as in the separate kernels, so the bits are theirs.
+// in `aux` (QK-norm then rotary embedding of one head: one dispatch instead of two), and
+// `rms_norm_to_q8` as `rms_norm_to`, then quantizes the row to Q8_0 blocks in `q` for the
+// 8-bit matmuls that read it (quantize.wgsl's layout; one dispatch instead of two). Each value
+// goes through the same steps as in the separate kernels, so the bits are theirs.
 
 struct NormParams {
     group: u32,
@@ -12,7 +14,7 @@ struct NormParams {
     half: u32,  // rms_norm_rope: n_rot / 2
     heads: u32, // rms_norm_rope: groups per token
     neox: u32,  // rms_norm_rope: 1: pairs (i, i + half); 0: pairs (2i, 2i + 1)
-    _pad0: u32,
+    q_scales: u32, // rms_norm_to_q8: first word of the block scales in q
     _pad1: u32,
 }
 
@@ -20,6 +22,7 @@ struct NormParams {
 @group(0) @binding(1) var<storage, read> wt: array<f32>; // [group]
 @group(0) @binding(2) var<storage, read> p: NormParams;
 @group(0) @binding(3) var<storage, read> aux: array<f32>; // source values, or [n_tokens, half, 2]
+@group(0) @binding(4) var<storage, read_write> q: array<u32>; // rms_norm_to_q8: Q8_0 blocks of x
 
 var<workgroup> sums: array<f32, 64>;
 
@@ -72,6 +75,22 @@ fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: 
 fn rms_norm_to(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
     norm_group(flat_group(wg, nwg), lid, true);
+}
+
+@compute @workgroup_size(64)
+fn rms_norm_to_q8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let g = flat_group(wg, nwg);
+    norm_group(g, lid, true);
+    // The row's values, written by every thread of the workgroup, are read back by others.
+    storageBarrier();
+    workgroupBarrier();
+    let per_row = p.group / 32u;
+    if (g < p.n_groups) {
+        for (var k = lid; k < per_row; k += 64u) {
+            quantize_block_q8_0(g * per_row + k, p.q_scales);
+        }
+    }
 }
 
 @compute @workgroup_size(64)
