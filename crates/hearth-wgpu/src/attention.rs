@@ -1,4 +1,5 @@
-//! The paged KV cache on the device and the attention op (kernels/attention.wgsl).
+//! The paged KV cache on the device and the attention op (kernels/attention.wgsl; for a few
+//! tokens over a long context, kernels/attention_split.wgsl).
 
 use hearth_backend::{AttnBatch, AttnParams, Backend, BackendError, KvSpec, KvType};
 
