@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds hearth, the CUDA conformance binary, the hearth-cuda test binaries and the engine's
-# GPU-relevant test binaries in release mode and
+# Builds hearth, the CUDA conformance binary, the hearth-cuda test binaries, the wgpu op
+# conformance table and the engine's GPU-relevant test binaries in release mode and
 # stages them in .device-bin/ (ignored by git through .git/info/exclude), to be carried to the
 # GPU machine, which has no Rust toolchain. Run from the repository root.
 set -euo pipefail
@@ -12,7 +12,8 @@ cargo build --release -p hearth-cuda --bin cuda-conformance
 cargo build --release -p hearth-cli
 # Only the test targets staged below: every other engine test would be a release link of its own.
 engine_tests=(cuda_vs_cpu hf_folder hf_archs moe_gguf mlx_folder golden_models)
-tests_json=$(cargo test --release -p hearth-cuda -p hearth-engine --lib --test gpu --test mlx --test attention --test decode_norm \
+tests_json=$(cargo test --release -p hearth-cuda -p hearth-engine -p hearth-wgpu --lib --test gpu \
+  --test mlx --test attention --test decode_norm --test conformance \
   "${engine_tests[@]/#/--test=}" --no-run --message-format=json 2>/dev/null)
 target_dir=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
@@ -37,6 +38,11 @@ for line in sys.stdin:
                             "golden_models"):
                 continue
             dest = ".device-bin/test-engine-" + name
+        elif "hearth-wgpu" in pkg:
+            # The op conformance table through Vulkan (its unit tests need no GPU).
+            if name != "conformance":
+                continue
+            dest = ".device-bin/test-wgpu-conformance"
         else:
             dest = ".device-bin/test-" + ("unit" if kind == "lib" else name)
         shutil.copy(exe, dest)

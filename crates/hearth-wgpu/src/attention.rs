@@ -1,6 +1,7 @@
-//! The paged KV cache on the device and the attention op (kernels/attention.wgsl).
+//! The paged KV cache on the device and the attention op (kernels/attention.wgsl; for a few
+//! tokens over a long context, kernels/attention_split.wgsl).
 
-use hearth_backend::{AttnBatch, AttnParams, BackendError, KvSpec, KvType};
+use hearth_backend::{AttnBatch, AttnParams, Backend, BackendError, KvSpec, KvType};
 
 use crate::backend::{check, words, WgpuBackend, WgpuTensor};
 use crate::kernels::Module;
@@ -132,7 +133,7 @@ pub(crate) fn attention(
         || format!("attention shapes q {q_dim} k/v {kv_dim} do not match the tensors"),
     )?;
     let aux = attention_aux(batch, n, cache.n_blocks)?;
-    let params = words(&[
+    let mut params = [
         n as u32,
         p.n_heads as u32,
         p.n_kv_heads as u32,
@@ -145,17 +146,18 @@ pub(crate) fn attention(
         0,
         0,
         0,
-    ]);
+    ];
     let aux = words(&aux);
     let (kc, vc) = &cache.layers[layer];
+    let single = words(&params);
     let binds = [
         Bind::Buffer(&q.buf),
         Bind::Buffer(&k.buf),
         Bind::Buffer(&v.buf),
         Bind::Buffer(kc),
         Bind::Buffer(vc),
-        Bind::Buffer(&out.buf),
-        Bind::Host(&params),
+        Bind::Buffer(out.written()),
+        Bind::Host(&single),
         Bind::Host(&aux),
     ];
     let mut rec = be.recorder();
@@ -166,12 +168,71 @@ pub(crate) fn attention(
         &binds,
         Grid::Threads(n * kv_dim / 2),
     )?;
-    rec.dispatch(
-        &be.gpu,
-        Module::Attention,
-        "attention",
-        &binds,
-        Grid::Groups(n * p.n_heads),
-    )?;
+    let n_chunks = longest_span(batch, p.window).div_ceil(SPLIT_CHUNK);
+    if n > SPLIT_MAX_TOKENS || n_chunks < SPLIT_MIN_CHUNKS {
+        return Ok(rec.dispatch(
+            &be.gpu,
+            Module::Attention,
+            "attention",
+            &binds,
+            Grid::Groups(n * p.n_heads),
+        )?);
+    }
+    drop(rec);
+    // Scratch: scores, (max, sum) pairs and value sums of every chunk (attention_split.wgsl).
+    let chunks = n * p.n_heads * n_chunks;
+    let ml_at = chunks * SPLIT_CHUNK;
+    let acc_at = ml_at + 2 * chunks;
+    let part = be.alloc(1, acc_at + chunks * p.head_dim)?;
+    params[9] = n_chunks as u32;
+    params[10] = ml_at as u32;
+    params[11] = acc_at as u32;
+    let params = words(&params);
+    let binds = [
+        Bind::Buffer(&q.buf),
+        Bind::Buffer(kc),
+        Bind::Buffer(vc),
+        Bind::Buffer(out.written()),
+        Bind::Host(&params),
+        Bind::Host(&aux),
+        Bind::Buffer(&part.buf),
+    ];
+    let mut rec = be.recorder();
+    for (entry, groups) in [
+        ("attn_split_scores", chunks),
+        ("attn_split_values", chunks),
+        ("attn_split_reduce", n * p.n_heads),
+    ] {
+        rec.dispatch(
+            &be.gpu,
+            Module::AttentionSplit,
+            entry,
+            &binds,
+            Grid::Groups(groups),
+        )?;
+    }
     Ok(())
+}
+
+/// Positions per workgroup of the split attention.
+const SPLIT_CHUNK: usize = 64;
+/// The split attention runs for batches of at most this many tokens (decode steps), where one
+/// workgroup per (token, head) is too few; a prompt chunk has enough of them.
+const SPLIT_MAX_TOKENS: usize = 8;
+/// ... and over at least this many chunks: below it the three dispatches cost more than
+/// they save (and short contexts keep the single kernel's order of sums).
+const SPLIT_MIN_CHUNKS: usize = 3;
+
+/// The most positions one token of `batch` sees.
+fn longest_span(batch: &AttnBatch, window: Option<usize>) -> usize {
+    batch
+        .seqs
+        .iter()
+        .filter(|s| s.n_tokens > 0)
+        .map(|s| {
+            let own = s.first_pos + s.n_tokens; // positions 0..own for the last token
+            window.map_or(own, |w| own.min(w))
+        })
+        .max()
+        .unwrap_or(0)
 }

@@ -1,25 +1,47 @@
 //! [`WgpuBackend`]: the [`Backend`] trait over wgpu buffers and the WGSL kernels.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use hearth_backend::{
-    Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeKind,
-    RopeSpec,
+    Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeSpec,
 };
 use hearth_quant::GgmlType;
 use wgpu::util::DeviceExt;
 
-use crate::device::{AdapterInfo, Gpu};
-use crate::int8::Inputs;
-use crate::kernels::{block_reader, Module};
+use crate::device::{AdapterInfo, FmaChoice, Gpu};
+use crate::int8::{Epilogue, Inputs, Int8Acts};
+use crate::kernels::{block_reader, int8_reader, Module};
+use crate::norm::{check_rope, rope_table, NormInput};
+use crate::pool::{BufferPool, Pooled};
 use crate::recorder::{Bind, Grid, Recorder};
 use crate::WgpuError;
 
 /// A dense f32 activation matrix in a device buffer.
 pub struct WgpuTensor {
-    pub(crate) buf: wgpu::Buffer,
+    pub(crate) buf: Pooled,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
+    /// The values quantized to Q8_0 blocks by the kernel that wrote them (a norm in front of
+    /// projections), for the 8-bit matmuls that read the tensor; cleared by any write.
+    pub(crate) int8: Option<Box<Int8Acts>>,
+}
+
+impl WgpuTensor {
+    pub(crate) fn new(buf: Pooled, rows: usize, cols: usize) -> WgpuTensor {
+        WgpuTensor {
+            buf,
+            rows,
+            cols,
+            int8: None,
+        }
+    }
+
+    /// The buffer, for a dispatch that writes it: forms derived from the old values go.
+    pub(crate) fn written(&mut self) -> &wgpu::Buffer {
+        self.int8 = None;
+        &self.buf
+    }
 }
 
 /// A weight on the device: raw GGUF blocks for a matrix, f32 values for a vector.
@@ -42,6 +64,16 @@ pub struct WgpuBackend {
     pub(crate) rec: Mutex<Recorder>,
     /// Bound where a kernel's layout has a buffer that an entry point does not read.
     pub(crate) dummy: wgpu::Buffer,
+    /// The same for a second unused binding that is read-write (one buffer cannot be bound
+    /// read-only and read-write in one dispatch).
+    pub(crate) dummy_rw: wgpu::Buffer,
+    /// Activation buffers for reuse.
+    pool: Arc<BufferPool>,
+    /// The read-back staging buffer, for reuse.
+    staging: Mutex<Option<wgpu::Buffer>>,
+    /// A matmul has quantized its input to Q8_0 blocks: norms in front of projections then
+    /// quantize their output in the same dispatch (see `rms_norm_copy`).
+    pub(crate) norms_quantize: AtomicBool,
 }
 
 /// `Err(Unsupported(msg()))` unless `ok`.
@@ -67,20 +99,45 @@ impl WgpuBackend {
     /// As [`open`](Self::open); `subgroups: false` keeps to the kernels without subgroup
     /// operations even where the adapter has them (the path for adapters that lack them).
     pub fn open_with(subgroups: bool) -> Result<WgpuBackend, WgpuError> {
-        let gpu = Gpu::open(subgroups)?;
+        Self::open_with_fma(subgroups, FmaChoice::Probe)
+    }
+
+    /// As [`open_with`](Self::open_with), with the multiply-add of the 8-bit matmuls chosen
+    /// by `fma` (tests run both kinds on one device).
+    pub fn open_with_fma(subgroups: bool, fma: FmaChoice) -> Result<WgpuBackend, WgpuError> {
+        let gpu = Gpu::open(subgroups, fma)?;
         let rec = Mutex::new(Recorder::new(&gpu));
-        let dummy = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("unused binding"),
-            size: 16,
-            usage: wgpu::BufferUsages::STORAGE,
-            mapped_at_creation: false,
-        });
-        Ok(WgpuBackend { gpu, rec, dummy })
+        let unused = |label| {
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: 16,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        };
+        let (dummy, dummy_rw) = (
+            unused("unused binding"),
+            unused("unused read-write binding"),
+        );
+        Ok(WgpuBackend {
+            gpu,
+            rec,
+            dummy,
+            dummy_rw,
+            pool: Arc::default(),
+            staging: Mutex::new(None),
+            norms_quantize: AtomicBool::new(false),
+        })
     }
 
     /// What the adapter offers.
     pub fn adapter(&self) -> &AdapterInfo {
         &self.gpu.info
+    }
+
+    /// Dispatches recorded since the device was opened (for benchmarks).
+    pub fn dispatches_recorded(&self) -> u64 {
+        self.recorder().total_dispatches
     }
 
     pub(crate) fn recorder(&self) -> MutexGuard<'_, Recorder> {
@@ -186,7 +243,12 @@ impl WgpuBackend {
                 )
             },
         )?;
-        if self.matmul_int8(w, inputs, out, accumulate)?.is_some() {
+        let epilogue = if accumulate {
+            Epilogue::Add
+        } else {
+            Epilogue::Store
+        };
+        if self.matmul_int8(w, inputs, out, epilogue)?.is_some() {
             return Ok(());
         }
         let x = self.rounded_input(w.ty, inputs)?.unwrap_or(x);
@@ -203,7 +265,7 @@ impl WgpuBackend {
         let binds = [
             Bind::Buffer(&w.buf),
             Bind::Buffer(&x.buf),
-            Bind::Buffer(&out.buf),
+            Bind::Buffer(out.written()),
             Bind::Host(&params),
         ];
         // One workgroup per (row, tile of 4 tokens): see kernels/matmul.wgsl.
@@ -245,16 +307,26 @@ impl WgpuBackend {
         if bytes == 0 {
             return Ok(());
         }
-        let staging = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("read-back"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        // The last read-back's staging buffer, when it is large enough (decode reads the
+        // same logits every step); a failed read-back drops its buffer.
+        let kept = self
+            .staging
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let staging = match kept {
+            Some(b) if b.size() >= bytes => b,
+            _ => self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("read-back"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        };
         self.recorder().submit(&self.gpu, |enc| {
             enc.copy_buffer_to_buffer(&t.buf, 0, &staging, 0, bytes);
         })?;
-        let slice = staging.slice(..);
+        let slice = staging.slice(..bytes);
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
@@ -267,31 +339,13 @@ impl WgpuBackend {
         }
         out.extend_from_slice(bytemuck::cast_slice(&slice.get_mapped_range()));
         staging.unmap();
+        *self.staging.lock().unwrap_or_else(|p| p.into_inner()) = Some(staging);
         Ok(())
     }
 }
 
 /// How long one read-back may wait for the device before the request fails.
 const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
-
-/// cos and sin of each rotation angle at each position, `[n_tokens, n_rot / 2, 2]`, computed
-/// as the CPU reference does (angle by repeated multiplication, as ggml does).
-fn rope_table(positions: &[u32], rope: &RopeSpec) -> Vec<f32> {
-    let half = rope.n_rot / 2;
-    let theta_scale = rope.freq_base.powf(-2.0 / rope.n_rot as f32);
-    let mut out = Vec::with_capacity(positions.len() * half * 2);
-    for &pos in positions {
-        let mut theta = pos as f32;
-        for i in 0..half {
-            let factor = rope.freq_factors.get(i).copied().unwrap_or(1.0);
-            let t = rope.freq_scale * (theta / factor);
-            out.push(t.cos());
-            out.push(t.sin());
-            theta *= theta_scale;
-        }
-    }
-    out
-}
 
 impl Backend for WgpuBackend {
     type Tensor = WgpuTensor;
@@ -306,6 +360,9 @@ impl Backend for WgpuBackend {
         }
         if i.subgroups {
             extras.push("subgroups");
+        }
+        if i.native_fma {
+            extras.push("fused fma");
         }
         format!("wgpu ({}; {})", i.name, extras.join(", "))
     }
@@ -375,8 +432,13 @@ impl Backend for WgpuBackend {
     }
 
     fn alloc(&self, rows: usize, cols: usize) -> Result<WgpuTensor, BackendError> {
-        let buf = self.buffer((rows * cols * 4) as u64)?;
-        Ok(WgpuTensor { buf, rows, cols })
+        let bytes = ((rows * cols * 4) as u64).max(16).next_multiple_of(4);
+        let buf = match self.pool.take(bytes) {
+            Some(b) => b,
+            None => self.buffer(bytes)?,
+        };
+        let buf = Pooled::new(buf, Some(self.pool.clone()));
+        Ok(WgpuTensor::new(buf, rows, cols))
     }
 
     fn upload(&self, data: &[f32], rows: usize, cols: usize) -> Result<WgpuTensor, BackendError> {
@@ -384,7 +446,8 @@ impl Backend for WgpuBackend {
             format!("upload of {} values as [{rows}, {cols}]", data.len())
         })?;
         let buf = self.init_buffer("activation", bytemuck::cast_slice(data))?;
-        Ok(WgpuTensor { buf, rows, cols })
+        let buf = Pooled::new(buf, None);
+        Ok(WgpuTensor::new(buf, rows, cols))
     }
 
     fn to_host(&self, t: &WgpuTensor) -> Result<Vec<f32>, BackendError> {
@@ -398,9 +461,9 @@ impl Backend for WgpuBackend {
     }
 
     fn copy(&self, t: &WgpuTensor) -> Result<WgpuTensor, BackendError> {
-        let out = self.alloc(t.rows, t.cols)?;
+        let mut out = self.alloc(t.rows, t.cols)?;
         let n = t.rows * t.cols;
-        self.elementwise("copy", &out.buf, Some(&t.buf), (n, t.cols), 0.0, &[])?;
+        self.elementwise("copy", out.written(), Some(&t.buf), (n, t.cols), 0.0, &[])?;
         Ok(out)
     }
 
@@ -439,7 +502,7 @@ impl Backend for WgpuBackend {
         let binds = [
             Bind::Buffer(&table.buf),
             Bind::Host(&ids),
-            Bind::Buffer(&out.buf),
+            Bind::Buffer(out.written()),
             Bind::Host(&params),
         ];
         let n = tokens.len() * table.cols;
@@ -480,6 +543,16 @@ impl Backend for WgpuBackend {
         out: &mut WgpuTensor,
     ) -> Result<(), BackendError> {
         let mut inputs = Inputs::new(x);
+        let fused = act == Activation::Silu
+            && int8_reader(gate.ty).is_some()
+            && int8_reader(up.ty).is_some()
+            && (gate.rows, gate.cols) == (up.rows, up.cols);
+        if fused {
+            // SwiGLU in the up projection's epilogue: out = silu(gate · x) · (up · x).
+            self.matmul_with(gate, &mut inputs, out, false)?;
+            self.matmul_int8(up, &mut inputs, out, Epilogue::SiluGate)?;
+            return Ok(());
+        }
         let mut u = self.alloc(out.rows, out.cols)?;
         self.matmul_with(gate, &mut inputs, out, false)?;
         self.matmul_with(up, &mut inputs, &mut u, false)?;
@@ -502,29 +575,34 @@ impl Backend for WgpuBackend {
         group: usize,
         eps: f32,
     ) -> Result<(), BackendError> {
-        check(
-            group > 0 && weight.rows == 1 && weight.cols == group && x.cols.is_multiple_of(group),
-            || {
-                format!(
-                    "rms_norm of [{}, {}] in groups of {group} with '{}' [{}, {}]",
-                    x.rows, x.cols, weight.name, weight.rows, weight.cols
-                )
-            },
-        )?;
-        let n_groups = x.rows * x.cols / group;
-        let params = words(&[group as u32, n_groups as u32, eps.to_bits(), 0]);
-        let binds = [
-            Bind::Buffer(&x.buf),
-            Bind::Buffer(&weight.buf),
-            Bind::Host(&params),
-        ];
-        Ok(self.recorder().dispatch(
-            &self.gpu,
-            Module::Norm,
-            "rms_norm",
-            &binds,
-            Grid::Groups(n_groups),
-        )?)
+        self.norm(x, weight, group, eps, NormInput::InPlace)
+    }
+
+    fn rms_norm_copy(
+        &self,
+        x: &WgpuTensor,
+        weight: &WgpuWeight,
+        eps: f32,
+    ) -> Result<WgpuTensor, BackendError> {
+        let mut out = self.alloc(x.rows, x.cols)?;
+        // NOTE: the norm in front of the projections writes their Q8_0 input too, once a Q8_0
+        // matmul has been seen (a model of 8-bit-activation weights): a quantize dispatch fewer
+        // per projection group. The matmuls take it from the tensor (same bits as quantizing
+        // it apart); K-quant weights (Q8_K activations) still quantize apart.
+        if self.norms_quantize.load(Ordering::Relaxed) && x.cols.is_multiple_of(32) {
+            let q = self.alloc_int8(GgmlType::Q8_0, x.rows, x.cols)?;
+            self.norm(
+                &mut out,
+                weight,
+                x.cols,
+                eps,
+                NormInput::FromQuantized(x, &q),
+            )?;
+            out.int8 = Some(Box::new(q));
+        } else {
+            self.norm(&mut out, weight, x.cols, eps, NormInput::From(x))?;
+        }
+        Ok(out)
     }
 
     fn rope(
@@ -534,45 +612,30 @@ impl Backend for WgpuBackend {
         head_dim: usize,
         rope: &RopeSpec,
     ) -> Result<(), BackendError> {
-        check(
-            positions.len() == x.rows
-                && head_dim > 0
-                && x.cols.is_multiple_of(head_dim)
-                && rope.n_rot <= head_dim
-                && rope.n_rot.is_multiple_of(2),
-            || {
-                format!(
-                    "rope of [{}, {}] at {} positions, head_dim {head_dim}, n_rot {}",
-                    x.rows,
-                    x.cols,
-                    positions.len(),
-                    rope.n_rot
-                )
-            },
-        )?;
-        let half = rope.n_rot / 2;
-        let heads = x.cols / head_dim;
-        let n = x.rows * heads * half;
+        self.rope_only(x, positions, head_dim, rope)
+    }
+
+    fn qk_norm_rope(
+        &self,
+        q: &mut WgpuTensor,
+        k: &mut WgpuTensor,
+        norms: Option<(&WgpuWeight, &WgpuWeight)>,
+        positions: &[u32],
+        head_dim: usize,
+        rope: &RopeSpec,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        let Some((qn, kn)) = norms else {
+            self.rope_only(q, positions, head_dim, rope)?;
+            return self.rope_only(k, positions, head_dim, rope);
+        };
+        check_rope(q, positions, head_dim, rope)?;
+        check_rope(k, positions, head_dim, rope)?;
         let table = rope_table(positions, rope);
-        let neox = (rope.kind == RopeKind::Neox) as u32;
-        let params = words(&[
-            n as u32,
-            x.cols as u32,
-            head_dim as u32,
-            half as u32,
-            heads as u32,
-            neox,
-            0,
-            0,
-        ]);
-        let binds = [
-            Bind::Buffer(&x.buf),
-            Bind::Host(bytemuck::cast_slice(&table)),
-            Bind::Host(&params),
-        ];
-        Ok(self
-            .recorder()
-            .dispatch(&self.gpu, Module::Rope, "rope", &binds, Grid::Threads(n))?)
+        let with = NormInput::Rope(&table, rope);
+        self.norm(q, qn, head_dim, eps, with)?;
+        let with = NormInput::Rope(&table, rope);
+        self.norm(k, kn, head_dim, eps, with)
     }
 
     fn add(&self, x: &mut WgpuTensor, y: &WgpuTensor) -> Result<(), BackendError> {
@@ -582,18 +645,13 @@ impl Backend for WgpuBackend {
                 x.rows, x.cols, y.rows, y.cols
             )
         })?;
-        self.elementwise(
-            "add",
-            &x.buf,
-            Some(&y.buf),
-            (x.rows * x.cols, x.cols),
-            0.0,
-            &[],
-        )
+        let (n, cols) = (x.rows * x.cols, x.cols);
+        self.elementwise("add", x.written(), Some(&y.buf), (n, cols), 0.0, &[])
     }
 
     fn scale(&self, x: &mut WgpuTensor, s: f32) -> Result<(), BackendError> {
-        self.elementwise("scale", &x.buf, None, (x.rows * x.cols, x.cols), s, &[])
+        let (n, cols) = (x.rows * x.cols, x.cols);
+        self.elementwise("scale", x.written(), None, (n, cols), s, &[])
     }
 
     fn glu(
@@ -613,7 +671,8 @@ impl Backend for WgpuBackend {
             Activation::GeluTanh => "glu_gelu",
         };
         let n = gate.rows * gate.cols;
-        self.elementwise(entry, &gate.buf, Some(&up.buf), (n, gate.cols), 0.0, &[])
+        let cols = gate.cols;
+        self.elementwise(entry, gate.written(), Some(&up.buf), (n, cols), 0.0, &[])
     }
 
     fn gather_rows(&self, x: &WgpuTensor, rows: &[usize]) -> Result<WgpuTensor, BackendError> {

@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::fma_probe::fma_is_fused;
 use crate::WgpuError;
 
 /// What the backend learnt about its adapter.
@@ -14,10 +15,26 @@ pub struct AdapterInfo {
     pub shader_f16: bool,
     /// The adapter offers subgroup operations.
     pub subgroups: bool,
+    /// WGSL's `fma` is fused on this device (found by running it: see `fma_probe.rs`), and the
+    /// 8-bit matmuls use it instead of the exact emulation.
+    pub native_fma: bool,
     /// The largest storage-buffer binding, in bytes.
     pub max_binding: u64,
     /// The largest buffer, in bytes.
     pub max_buffer: u64,
+}
+
+/// Which multiply-add the 8-bit matmuls use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FmaChoice {
+    /// The device's `fma` where a probe finds it fused, the exact emulation elsewhere.
+    #[default]
+    Probe,
+    /// Always the exact emulation (fma.wgsl).
+    Emulated,
+    /// Always the device's `fma`, fused or not: results then differ from the CPU backend's by
+    /// rounding where it is not (for tests of the native kernels on such a device).
+    Native,
 }
 
 /// A device, its queue and the first error it reported since the last check.
@@ -30,8 +47,9 @@ pub(crate) struct Gpu {
 
 impl Gpu {
     /// Open the first high-performance adapter (Metal on macOS, Vulkan elsewhere); subgroup
-    /// operations are used when the adapter has them and `subgroups` allows them.
-    pub fn open(subgroups: bool) -> Result<Gpu, WgpuError> {
+    /// operations are used when the adapter has them and `subgroups` allows them, and the
+    /// device's own `fma` as `fma` says.
+    pub fn open(subgroups: bool, fma: FmaChoice) -> Result<Gpu, WgpuError> {
         let instance = wgpu::Instance::new(&wgpu::InstanceDescriptor {
             backends: wgpu::Backends::VULKAN | wgpu::Backends::METAL,
             // NOTE: not the debug-build default, which asks for the Vulkan validation layers
@@ -73,10 +91,17 @@ impl Gpu {
             let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
             slot.get_or_insert_with(|| format!("device lost ({reason:?}): {msg}"));
         });
+        let native_fma = match fma {
+            FmaChoice::Emulated => false,
+            FmaChoice::Native => true,
+            // A probe that fails to run says nothing about fusing: keep the exact emulation.
+            FmaChoice::Probe => fma_is_fused(&device, &queue).unwrap_or(false),
+        };
         let info = AdapterInfo {
             name: format!("{} ({:?})", ai.name, ai.backend),
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
+            native_fma,
             max_binding: limits.max_storage_buffer_binding_size as u64,
             max_buffer: limits.max_buffer_size,
         };

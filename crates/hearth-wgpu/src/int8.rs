@@ -10,11 +10,25 @@
 //! path repeats the CPU's steps exactly, so its outputs have the CPU's bits.
 
 use hearth_backend::{Backend, BackendError};
+use std::sync::atomic::Ordering;
+
 use hearth_quant::GgmlType;
 
 use crate::backend::{check, words, WgpuBackend, WgpuTensor, WgpuWeight};
 use crate::kernels::{int8_reader, Module};
 use crate::recorder::{Bind, Grid};
+
+/// What the 8-bit matmul does with each output value (`epilogue` in matmul_int8.wgsl).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Epilogue {
+    /// `out = W · x`.
+    Store = 0,
+    /// `out += W · x`.
+    Add = 1,
+    /// `out = silu(out) · (W · x)`: `out` holds the gate projection and `W` is the up one
+    /// (a SwiGLU in the up projection's dispatch instead of one of its own).
+    SiluGate = 2,
+}
 
 /// Activations quantized on the device, in quantize.wgsl's layout.
 pub(crate) struct Int8Acts {
@@ -68,23 +82,12 @@ impl WgpuBackend {
             GgmlType::Q8_K => ("quantize_q8_k", 256),
             _ => return Err(BackendError::Unsupported(format!("{act} activations"))),
         };
-        check(x.cols.is_multiple_of(size), || {
-            format!("{act} activations of {} columns", x.cols)
-        })?;
+        let mut q = self.alloc_int8(act, x.rows, x.cols)?;
         let n_blocks = x.rows * x.cols / size;
-        let scales = x.rows * x.cols / 4;
-        let sums = scales + n_blocks;
-        let n_words = sums
-            + if act == GgmlType::Q8_K {
-                16 * n_blocks
-            } else {
-                0
-            };
-        let buf = self.alloc(1, n_words)?;
-        let params = words(&[n_blocks as u32, scales as u32, sums as u32, 0]);
+        let params = words(&[n_blocks as u32, q.scales as u32, q.sums as u32, 0]);
         let binds = [
             Bind::Buffer(&x.buf),
-            Bind::Buffer(&buf.buf),
+            Bind::Buffer(q.buf.written()),
             Bind::Host(&params),
         ];
         self.recorder().dispatch(
@@ -94,42 +97,72 @@ impl WgpuBackend {
             &binds,
             Grid::Threads(n_blocks),
         )?;
+        Ok(q)
+    }
+
+    /// Room for `[rows, cols]` values quantized to `act` blocks (Q8_0 or Q8_K).
+    pub(crate) fn alloc_int8(
+        &self,
+        act: GgmlType,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Int8Acts, BackendError> {
+        let size = act_block(act);
+        check(cols.is_multiple_of(size), || {
+            format!("{act} activations of {cols} columns")
+        })?;
+        let n_blocks = rows * cols / size;
+        let scales = rows * cols / 4;
+        let sums = scales + n_blocks;
+        let n_words = sums
+            + if act == GgmlType::Q8_K {
+                16 * n_blocks
+            } else {
+                0
+            };
         Ok(Int8Acts {
             act,
-            buf,
-            n_tokens: x.rows,
+            buf: self.alloc(1, n_words)?,
+            n_tokens: rows,
             scales,
             sums,
         })
     }
 
-    /// `out (+)= W · x` for a weight with an 8-bit matmul (`Some(())`), or `None` for other
-    /// weight types. Shapes are checked by the caller.
-    pub(crate) fn matmul_int8(
+    /// `W · x` into `out` as `epilogue` says for a weight with an 8-bit matmul (`Some(())`),
+    /// or `None` for other weight types. Shapes are checked by the caller.
+    pub(crate) fn matmul_int8<'a>(
         &self,
         w: &WgpuWeight,
-        inputs: &mut Inputs,
+        inputs: &mut Inputs<'a>,
         out: &mut WgpuTensor,
-        accumulate: bool,
+        epilogue: Epilogue,
     ) -> Result<Option<()>, BackendError> {
         let Some(act) = int8_reader(w.ty).map(|r| r.act) else {
             return Ok(None);
         };
-        let i = match inputs.int8.iter().position(|q| q.act == act) {
-            Some(i) => i,
-            None => {
-                let q = self.quantize_acts(act, inputs.x)?;
-                inputs.int8.push(q);
-                inputs.int8.len() - 1
-            }
+        if act == GgmlType::Q8_0 {
+            self.norms_quantize.store(true, Ordering::Relaxed);
+        }
+        let x: &'a WgpuTensor = inputs.x;
+        let q = match x.int8.as_deref().filter(|q| q.act == act) {
+            // Quantized by the kernel that wrote x.
+            Some(q) => q,
+            None => match inputs.int8.iter().position(|q| q.act == act) {
+                Some(i) => &inputs.int8[i],
+                None => {
+                    let q = self.quantize_acts(act, x)?;
+                    inputs.int8.push(q);
+                    &inputs.int8[inputs.int8.len() - 1]
+                }
+            },
         };
-        let q = &inputs.int8[i];
         let params = words(&[
             w.rows as u32,
             w.cols as u32,
             q.n_tokens as u32,
             w.row_bytes as u32,
-            accumulate as u32,
+            epilogue as u32,
             q.scales as u32,
             q.sums as u32,
             0,
@@ -137,14 +170,14 @@ impl WgpuBackend {
         let binds = [
             Bind::Buffer(&w.buf),
             Bind::Buffer(&q.buf.buf),
-            Bind::Buffer(&out.buf),
+            Bind::Buffer(out.written()),
             Bind::Host(&params),
         ];
         // One workgroup per 4 (row, token) outputs: see kernels/matmul_int8.wgsl.
         let groups = (w.rows * q.n_tokens).div_ceil(4);
         self.recorder().dispatch(
             &self.gpu,
-            Module::MatmulInt8(w.ty),
+            Module::MatmulInt8(w.ty, self.gpu.info.native_fma),
             "matmul",
             &binds,
             Grid::Groups(groups),

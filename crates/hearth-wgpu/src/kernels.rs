@@ -13,12 +13,15 @@ const MATMUL_SHARED: &str = include_str!("kernels/matmul_shared.wgsl");
 const MATMUL_SUBGROUP: &str = include_str!("kernels/matmul_subgroup.wgsl");
 const MATMUL_INT8: &str = include_str!("kernels/matmul_int8.wgsl");
 const QUANTIZE: &str = include_str!("kernels/quantize.wgsl");
+const QUANTIZE_COMMON: &str = include_str!("kernels/quantize_common.wgsl");
 const FMA: &str = include_str!("kernels/fma.wgsl");
 const EMBED: &str = include_str!("kernels/embed.wgsl");
 const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
 const NORM: &str = include_str!("kernels/norm.wgsl");
 const ROPE: &str = include_str!("kernels/rope.wgsl");
+const ATTENTION_COMMON: &str = include_str!("kernels/attention_common.wgsl");
 const ATTENTION: &str = include_str!("kernels/attention.wgsl");
+const ATTENTION_SPLIT: &str = include_str!("kernels/attention_split.wgsl");
 
 /// Weight types the matmul and embed kernels read.
 pub const WEIGHT_TYPES: &[GgmlType] = &[
@@ -47,8 +50,9 @@ pub enum Module {
     /// The weight type, and whether the reduction uses subgroup operations.
     Matmul(GgmlType, bool),
     /// The 8-bit matmul of a weight type of [`INT8_TYPES`] (no subgroup operations: its
-    /// final sum has a fixed order).
-    MatmulInt8(GgmlType),
+    /// final sum has a fixed order), and whether it uses the device's `fma` (`true`, where
+    /// that is fused) or the exact emulation of fma.wgsl.
+    MatmulInt8(GgmlType, bool),
     /// Activation quantization to Q8_0 / Q8_K blocks for `MatmulInt8`.
     Quantize,
     Embed(GgmlType),
@@ -56,6 +60,8 @@ pub enum Module {
     Norm,
     Rope,
     Attention,
+    /// Attention split over the positions, for few tokens over a long context.
+    AttentionSplit,
 }
 
 /// How a kernel binds a buffer.
@@ -74,7 +80,11 @@ impl Module {
             .iter()
             .flat_map(|&t| [Module::Matmul(t, false), Module::Matmul(t, true)])
             .collect();
-        all.extend(INT8_TYPES.iter().map(|&t| Module::MatmulInt8(t)));
+        all.extend(
+            INT8_TYPES
+                .iter()
+                .flat_map(|&t| [Module::MatmulInt8(t, false), Module::MatmulInt8(t, true)]),
+        );
         all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
         all.extend([
             Module::Quantize,
@@ -82,6 +92,7 @@ impl Module {
             Module::Norm,
             Module::Rope,
             Module::Attention,
+            Module::AttentionSplit,
         ]);
         all
     }
@@ -91,9 +102,11 @@ impl Module {
         match self {
             Module::Matmul(..) | Module::MatmulInt8(..) | Module::Embed(_) => &[R, R, RW, R],
             Module::Elementwise => &[RW, R, R, R],
-            Module::Norm | Module::Rope => &[RW, R, R],
+            Module::Norm => &[RW, R, R, R, RW],
+            Module::Rope => &[RW, R, R],
             Module::Quantize => &[R, RW, R],
             Module::Attention => &[R, R, R, RW, RW, RW, R, R],
+            Module::AttentionSplit => &[R, R, R, RW, R, R, RW],
         }
     }
 
@@ -102,13 +115,16 @@ impl Module {
         let body = match self {
             Module::Matmul(t, false) => return weight_source(&[MATMUL, MATMUL_SHARED], t),
             Module::Matmul(t, true) => return weight_source(&[MATMUL, MATMUL_SUBGROUP], t),
-            Module::MatmulInt8(t) => return int8_source(t),
+            Module::MatmulInt8(t, native_fma) => return int8_source(t, native_fma),
             Module::Embed(t) => return weight_source(&[EMBED], t),
-            Module::Quantize => QUANTIZE,
+            Module::Quantize => return format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{QUANTIZE}"),
             Module::Elementwise => ELEMENTWISE,
-            Module::Norm => NORM,
+            Module::Norm => return format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{NORM}"),
             Module::Rope => ROPE,
-            Module::Attention => ATTENTION,
+            Module::Attention => return format!("{PRELUDE}\n{ATTENTION_COMMON}\n{ATTENTION}"),
+            Module::AttentionSplit => {
+                return format!("{PRELUDE}\n{ATTENTION_COMMON}\n{ATTENTION_SPLIT}")
+            }
         };
         format!("{PRELUDE}\n{body}")
     }
@@ -177,7 +193,11 @@ pub fn int8_reader(ty: GgmlType) -> Option<Int8Reader> {
     })
 }
 
-fn int8_source(ty: GgmlType) -> String {
+/// `fma_rn` as the device's own `fma`, for devices where the probe found it fused.
+const NATIVE_FMA: &str =
+    "fn fma_rn(a: f32, b: f32, c: f32) -> f32 {\n    return fma(a, b, c);\n}\n";
+
+fn int8_source(ty: GgmlType, native_fma: bool) -> String {
     // Module::all() and the backend only build these modules for INT8_TYPES.
     let Some(r) = int8_reader(ty) else {
         return format!("// no 8-bit matmul for {ty}");
@@ -187,5 +207,6 @@ fn int8_source(ty: GgmlType) -> String {
         .replace("QBLOCK", &format!("{}u", r.block))
         .replace("QLANE", r.lane)
         .replace("QMINS", r.mins);
-    format!("{PRELUDE}\n{DEQUANT}\n{FMA}\n{kernel}")
+    let fma = if native_fma { NATIVE_FMA } else { FMA };
+    format!("{PRELUDE}\n{DEQUANT}\n{fma}\n{kernel}")
 }

@@ -7,17 +7,22 @@
 //! does, and multiplied with integer dot products (see `int8.rs`). Every dispatch between two read-backs is
 //! recorded into one compute pass of one command encoder and submitted once (see
 //! [`recorder`]): on Metal each pass ends a command buffer, and hundreds of them per token cost
-//! more than the arithmetic.
+//! more than the arithmetic. Activation buffers are pooled (`pool.rs`) and bind groups cached,
+//! so that recording a decode step costs the host little more than wgpu's own bookkeeping.
+//! Whether the device's `fma` is fused is found by running it (`fma_probe.rs`).
 
 mod attention;
 mod backend;
 mod device;
+mod fma_probe;
 mod int8;
 pub mod kernels;
+mod norm;
+mod pool;
 mod recorder;
 
 pub use backend::{WgpuBackend, WgpuKvCache, WgpuTensor, WgpuWeight};
-pub use device::AdapterInfo;
+pub use device::{AdapterInfo, FmaChoice};
 
 /// Why the backend could not be opened or an operation failed.
 #[derive(Debug, thiserror::Error)]

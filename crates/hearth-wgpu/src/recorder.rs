@@ -43,9 +43,34 @@ struct Kernel {
     pipeline_layout: wgpu::PipelineLayout,
 }
 
+/// What one binding of a bind group is: a device buffer, or a range of the arena.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum BindKey {
+    Buffer(wgpu::Buffer),
+    Arena { offset: u64, size: u64 },
+}
+
+/// A bind group made for an earlier dispatch, and the batch that last used it.
+struct CachedGroup {
+    group: wgpu::BindGroup,
+    last_batch: u64,
+}
+
+/// Batches a cached bind group may go unused before a sweep drops it (and with it the
+/// buffers it holds: a dropped tensor's or an unloaded model's).
+const GROUP_TTL: u64 = 64;
+
 /// The open batch of dispatches and the compiled kernels.
 pub(crate) struct Recorder {
     kernels: HashMap<Module, Kernel>,
+    /// Bind groups by what they bind.
+    ///
+    /// NOTE: creating a bind group is most of the host's cost of a dispatch. A decode step
+    /// repeats the last one's dispatches over the same buffers (pooled, see `pool.rs`) and
+    /// stages its host data at the same arena offsets, so its bind groups are the last step's.
+    groups: HashMap<(Module, Vec<BindKey>), CachedGroup>,
+    /// Batches submitted so far.
+    batch: u64,
     encoder: Option<wgpu::CommandEncoder>,
     pass: Option<wgpu::ComputePass<'static>>,
     arena_host: Vec<u8>,
@@ -53,12 +78,16 @@ pub(crate) struct Recorder {
     align: u64,
     /// Dispatches recorded since the last submit.
     pub n_dispatches: usize,
+    /// Dispatches recorded since the device was opened.
+    pub total_dispatches: u64,
 }
 
 impl Recorder {
     pub fn new(gpu: &Gpu) -> Recorder {
         Recorder {
             kernels: HashMap::new(),
+            groups: HashMap::new(),
+            batch: 0,
             encoder: None,
             pass: None,
             arena_host: Vec::new(),
@@ -69,6 +98,7 @@ impl Recorder {
                 .min_storage_buffer_offset_alignment
                 .max(16) as u64,
             n_dispatches: 0,
+            total_dispatches: 0,
         }
     }
 
@@ -111,31 +141,33 @@ impl Recorder {
             self.submit(gpu, |_| {})?;
         }
         self.ensure_kernel(gpu, module, entry)?;
-        let mut entries = Vec::with_capacity(binds.len());
-        let arena = self.arena.clone();
-        for (i, b) in binds.iter().enumerate() {
-            let resource = match b {
-                Bind::Buffer(buf) => buf.as_entire_binding(),
+        let keys: Vec<BindKey> = binds
+            .iter()
+            .map(|b| match b {
+                Bind::Buffer(buf) => BindKey::Buffer((*buf).clone()),
                 Bind::Host(data) => {
                     let (offset, size) = self.stage(data);
-                    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &arena,
-                        offset,
-                        size: NonZeroU64::new(size),
-                    })
+                    BindKey::Arena { offset, size }
                 }
-            };
-            entries.push(wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource,
-            });
-        }
+            })
+            .collect();
         let kernel = &self.kernels[&module];
-        let group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(entry),
-            layout: &kernel.layout,
-            entries: &entries,
-        });
+        let batch = self.batch;
+        let group = match self.groups.entry((module, keys)) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let cached = e.into_mut();
+                cached.last_batch = batch;
+                &cached.group
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let group = new_group(gpu, &kernel.layout, &self.arena, &e.key().1, entry);
+                &e.insert(CachedGroup {
+                    group,
+                    last_batch: batch,
+                })
+                .group
+            }
+        };
         let pipeline = &kernel.pipelines[entry];
         if self.pass.is_none() {
             let mut encoder = self
@@ -153,9 +185,10 @@ impl Recorder {
             .as_mut()
             .ok_or_else(|| WgpuError::Device("compute pass missing after it was begun".into()))?;
         pass.set_pipeline(pipeline);
-        pass.set_bind_group(0, &group, &[]);
+        pass.set_bind_group(0, group, &[]);
         pass.dispatch_workgroups(x as u32, y as u32, 1);
         self.n_dispatches += 1;
+        self.total_dispatches += 1;
         Ok(())
     }
 
@@ -188,6 +221,11 @@ impl Recorder {
         }
         gpu.queue.submit([encoder.finish()]);
         self.n_dispatches = 0;
+        self.batch += 1;
+        if self.batch.is_multiple_of(GROUP_TTL) {
+            let batch = self.batch;
+            self.groups.retain(|_, g| g.last_batch + GROUP_TTL >= batch);
+        }
         gpu.take_error()
     }
 
@@ -226,6 +264,38 @@ impl Recorder {
         }
         Ok(())
     }
+}
+
+/// A bind group of `layout` over `keys`.
+fn new_group(
+    gpu: &Gpu,
+    layout: &wgpu::BindGroupLayout,
+    arena: &wgpu::Buffer,
+    keys: &[BindKey],
+    label: &str,
+) -> wgpu::BindGroup {
+    let entries: Vec<wgpu::BindGroupEntry> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: match k {
+                BindKey::Buffer(buf) => buf.as_entire_binding(),
+                &BindKey::Arena { offset, size } => {
+                    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: arena,
+                        offset,
+                        size: NonZeroU64::new(size),
+                    })
+                }
+            },
+        })
+        .collect();
+    gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(label),
+        layout,
+        entries: &entries,
+    })
 }
 
 fn new_arena(gpu: &Gpu) -> wgpu::Buffer {

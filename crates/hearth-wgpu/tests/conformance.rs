@@ -14,7 +14,7 @@ use hearth_backend::{
 };
 use hearth_quant::GgmlType;
 use hearth_wgpu::kernels::{INT8_TYPES, WEIGHT_TYPES};
-use hearth_wgpu::WgpuBackend;
+use hearth_wgpu::{FmaChoice, WgpuBackend};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 fn gpu() -> Option<WgpuBackend> {
@@ -212,6 +212,31 @@ fn elementwise_on<B: Backend>(
             .expect("rope");
         out.push((format!("rope {kind:?} n_rot {n_rot}"), host(&x)));
     }
+    let x = be.rms_norm_copy(&up(a), &nw, 1e-6).expect("rms_norm_copy");
+    out.push(("rms_norm_copy".into(), host(&x)));
+    // QK-norm then rope, fused on the GPU; full and partial rotation.
+    for (kind, n_rot) in [(RopeKind::Neox, 32), (RopeKind::Normal, 16)] {
+        let spec = RopeSpec {
+            kind,
+            n_rot,
+            freq_base: 1e6,
+            freq_scale: 1.0,
+            freq_factors: vec![],
+        };
+        let (mut q, mut k) = (up(a), up(b));
+        be.qk_norm_rope(
+            &mut q,
+            &mut k,
+            Some((&hw, &hw)),
+            &[3, 9, 1000],
+            head_dim,
+            &spec,
+            1e-6,
+        )
+        .expect("qk_norm_rope");
+        out.push((format!("qk_norm_rope {kind:?} {n_rot} q"), host(&q)));
+        out.push((format!("qk_norm_rope {kind:?} {n_rot} k"), host(&k)));
+    }
     let mut x = up(a);
     be.add(&mut x, &up(b)).expect("add");
     out.push(("add".into(), host(&x)));
@@ -345,6 +370,97 @@ fn paged_attention() {
     }
 }
 
+/// A prompt of `len` tokens, then one decode step of two sequences (the second sharing the
+/// first's cache blocks as a copy of its table): the decode step's output. Over a long context
+/// the decode step takes the split (flash-decode) kernels.
+fn long_attention_on<B: Backend>(
+    be: &B,
+    rng_seed: u64,
+    len: usize,
+    window: Option<usize>,
+) -> Vec<f32> {
+    let (n_heads, n_kv, hd, bs) = (4, 2, 64, 16);
+    let (q_dim, kv_dim) = (n_heads * hd, n_kv * hd);
+    let n_blocks = (len + 1).div_ceil(bs) + 1;
+    let mut cache = be
+        .new_kv_cache(&KvSpec {
+            kv_dims: vec![kv_dim],
+            n_blocks,
+            block_size: bs,
+            dtype: KvType::F16,
+        })
+        .expect("cache");
+    // Blocks in reverse order: a scattered table.
+    let table: Vec<u32> = (0..n_blocks as u32).rev().collect();
+    let params = AttnParams {
+        n_heads,
+        n_kv_heads: n_kv,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+        window,
+        softcap: None,
+    };
+    let mut rng = StdRng::seed_from_u64(rng_seed);
+    let mut step = |n: usize, seqs: &[AttnSeq]| {
+        let batch = AttnBatch {
+            seqs,
+            block_size: bs,
+        };
+        let q = be
+            .upload(&random(&mut rng, n * q_dim), n, q_dim)
+            .expect("q");
+        let k = be
+            .upload(&random(&mut rng, n * kv_dim), n, kv_dim)
+            .expect("k");
+        let v = be
+            .upload(&random(&mut rng, n * kv_dim), n, kv_dim)
+            .expect("v");
+        let mut out = be.alloc(n, q_dim).expect("out");
+        be.attention(&q, &k, &v, &mut cache, 0, &batch, &params, &mut out)
+            .expect("attention");
+        be.to_host(&out).expect("to_host")
+    };
+    let prompt = AttnSeq {
+        token_start: 0,
+        n_tokens: len,
+        first_pos: 0,
+        block_table: &table,
+    };
+    step(len, &[prompt]);
+    // Token `len` of the sequence, and a second query at position len - 1 over the same
+    // blocks (the key it writes there is overwritten with a different one).
+    let decode = [
+        AttnSeq {
+            token_start: 0,
+            n_tokens: 1,
+            first_pos: len,
+            block_table: &table,
+        },
+        AttnSeq {
+            token_start: 1,
+            n_tokens: 1,
+            first_pos: len - 1,
+            block_table: &table,
+        },
+    ];
+    step(2, &decode)
+}
+
+#[test]
+fn split_attention_over_a_long_context() {
+    let Some(g) = gpu() else { return };
+    for (len, window) in [(300, None), (300, Some(150)), (150, None)] {
+        let want = long_attention_on(&cpu(), 5, len, window);
+        let got = long_attention_on(&g, 5, len, window);
+        let e = nmse(&want, &got);
+        eprintln!("long attention {len} window {window:?}: nmse {e:.2e}");
+        assert!(
+            e < 1e-6,
+            "long attention {len} window {window:?}: nmse {e:.2e}"
+        );
+    }
+}
+
 #[test]
 fn bad_inputs_are_errors() {
     let Some(g) = gpu() else { return };
@@ -460,10 +576,28 @@ fn rel_errors(a: &[f32], b: &[f32]) -> (f64, f64) {
 #[test]
 fn int8_matmuls_match_cpu() {
     let Some(g) = gpu() else { return };
+    let x86 = hearth_quant::kernel_name() != "scalar";
+    check_int8_matmuls(&g, x86);
+}
+
+/// The 8-bit matmuls with the device's own `fma` whatever the probe says. Where the probe
+/// finds it fused they must give the emulation's bits (on x86: the CPU's); where it is not
+/// (lavapipe) each multiply-add rounds twice, and the bound is f32 rounding as above.
+#[test]
+fn int8_matmuls_with_the_device_fma() {
+    let Some(probed) = gpu() else { return };
+    let fused = probed.adapter().native_fma;
+    drop(probed);
+    let g = WgpuBackend::open_with_fma(true, FmaChoice::Native).expect("device");
+    eprintln!("device fma fused: {fused}");
+    let x86 = hearth_quant::kernel_name() != "scalar";
+    check_int8_matmuls(&g, x86 && fused);
+}
+
+fn check_int8_matmuls(g: &WgpuBackend, bit_equal: bool) {
     let c = cpu();
     let mut rng = StdRng::seed_from_u64(7);
     let mut failures = Vec::new();
-    let x86 = hearth_quant::kernel_name() != "scalar";
     for &ty in INT8_TYPES {
         // An odd number of blocks: 33 of 32 values, 5 of 256.
         let odd = ty.block_size() * if ty.block_size() == 32 { 33 } else { 5 };
@@ -473,7 +607,7 @@ fn int8_matmuls_match_cpu() {
             for n in [1, 4, 9] {
                 let x: Vec<f32> = random(&mut rng, n * cols).iter().map(|v| v * 4.0).collect();
                 let want = matmul_on(&c, w.clone(), &x, n, false);
-                let got = matmul_on(&g, w.clone(), &x, n, false);
+                let got = matmul_on(g, w.clone(), &x, n, false);
                 let (mean, worst) = rel_errors(&want, &got);
                 let e = nmse(&want, &got);
                 let same = want
@@ -487,7 +621,7 @@ fn int8_matmuls_match_cpu() {
                     same,
                     want.len()
                 );
-                if e > 1e-12 || worst > 1e-5 || (x86 && same != want.len()) {
+                if e > 1e-12 || worst > 1e-5 || (bit_equal && same != want.len()) {
                     failures.push(format!("{ty} n={n}: nmse {e:.2e} worst {worst:.2e}"));
                 }
             }
@@ -529,6 +663,97 @@ fn shared_input_matmuls_match_cpu() {
         eprintln!("shared input output {i}: nmse {e:.2e}");
         assert!(e < 2e-6, "output {i}: nmse {e:.2e}");
     }
+}
+
+/// gated_matmul with SiLU over 8-bit weights runs the SwiGLU in the up projection's epilogue:
+/// the same bits as the two matmuls and the glu op apart.
+#[test]
+fn fused_swiglu_equals_separate_ops() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(9);
+    let (rows, cols, n) = (96, 512, 3);
+    let x = g.upload(&random(&mut rng, n * cols), n, cols).expect("x");
+    for (gt, ut) in [
+        (GgmlType::Q8_0, GgmlType::Q8_0),
+        (GgmlType::Q4_K, GgmlType::Q6_K),
+    ] {
+        let load = |ty, rng: &mut StdRng| {
+            g.load_weight(weight("w", ty, rows, cols, &random(rng, rows * cols)))
+                .expect("weight")
+        };
+        let (gate, up) = (load(gt, &mut rng), load(ut, &mut rng));
+        let mut fused = g.alloc(n, rows).expect("alloc");
+        g.gated_matmul(&gate, &up, &x, Activation::Silu, &mut fused)
+            .expect("gated");
+        let mut a = g.alloc(n, rows).expect("alloc");
+        let mut b = g.alloc(n, rows).expect("alloc");
+        g.matmul(&gate, &x, &mut a).expect("gate");
+        g.matmul(&up, &x, &mut b).expect("up");
+        g.glu(&mut a, &b, Activation::Silu).expect("glu");
+        let (f, s) = (
+            g.to_host(&fused).expect("host"),
+            g.to_host(&a).expect("host"),
+        );
+        let same = f.iter().zip(&s).all(|(p, q)| p.to_bits() == q.to_bits());
+        assert!(
+            same,
+            "{gt}/{ut}: the fused SwiGLU differs from the separate ops"
+        );
+    }
+}
+
+/// Once a Q8_0 matmul has run, the norm in front of projections also quantizes its output to
+/// Q8_0 blocks in the same dispatch, and the 8-bit matmuls take them from there: the same bits
+/// as a norm and a matmul apart, also after the normed tensor is written again.
+#[test]
+fn fused_norm_quantize_equals_separate_ops() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(10);
+    let (rows, cols, n) = (64, 1024, 3);
+    let w = g
+        .load_weight(weight(
+            "w",
+            GgmlType::Q8_0,
+            rows,
+            cols,
+            &random(&mut rng, rows * cols),
+        ))
+        .expect("weight");
+    let nw = g
+        .load_weight(weight(
+            "norm",
+            GgmlType::F32,
+            1,
+            cols,
+            &random(&mut rng, cols),
+        ))
+        .expect("norm");
+    let x = g.upload(&random(&mut rng, n * cols), n, cols).expect("x");
+    let host = |t: &hearth_wgpu::WgpuTensor| g.to_host(t).expect("to_host");
+    let matmul = |h: &hearth_wgpu::WgpuTensor| {
+        let mut out = g.alloc(n, rows).expect("alloc");
+        g.matmul(&w, h, &mut out).expect("matmul");
+        host(&out)
+    };
+    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    matmul(&x); // a Q8_0 matmul: from here on norms quantize their output
+    let mut fused = g.rms_norm_copy(&x, &nw, 1e-6).expect("norm");
+    let mut apart = g.copy(&x).expect("copy");
+    g.rms_norm(&mut apart, &nw, cols, 1e-6).expect("norm");
+    assert_eq!(bits(host(&fused)), bits(host(&apart)), "normed values");
+    assert_eq!(
+        bits(matmul(&fused)),
+        bits(matmul(&apart)),
+        "matmul of the normed values"
+    );
+    // Written again: the blocks quantized by the norm no longer apply.
+    g.scale(&mut fused, -3.5).expect("scale");
+    g.scale(&mut apart, -3.5).expect("scale");
+    assert_eq!(
+        bits(matmul(&fused)),
+        bits(matmul(&apart)),
+        "matmul after a write"
+    );
 }
 
 /// matmul3 over `ws` and gated_matmul (SiLU) of `gate` and `up`, all on `x`.

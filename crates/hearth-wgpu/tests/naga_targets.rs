@@ -90,8 +90,10 @@ const OP_SDOT: u32 = 4450;
 /// it does not, so they run on both kinds of device.
 #[test]
 fn int8_matmuls_use_packed_dot_products() {
-    for &t in INT8_TYPES {
-        let m = Module::MatmulInt8(t);
+    for m in INT8_TYPES
+        .iter()
+        .flat_map(|&t| [Module::MatmulInt8(t, false), Module::MatmulInt8(t, true)])
+    {
         assert!(m.source().contains("dot4I8Packed"), "{m:?}");
         let (module, info) = validated(m);
         let all = spv::write_vec(&module, &info, &spv::Options::default(), None)

@@ -11,21 +11,6 @@
 // 64, rounds each weight to f16 (as the CPU reference does) and accumulates the values; each
 // thread owns the output dimensions lid, lid + 64, ... (head_dim ≤ 256).
 
-struct AttnParams {
-    n_tokens: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
-    block_size: u32,
-    window: u32,   // 0: no sliding window
-    scale: f32,
-    softcap: f32,  // 0: none
-    tables: u32,   // where the block tables start in aux
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
 @group(0) @binding(0) var<storage, read> q: array<f32>;         // [n_tokens, n_heads * head_dim]
 @group(0) @binding(1) var<storage, read> k: array<f32>;         // [n_tokens, kv_dim]
 @group(0) @binding(2) var<storage, read> v: array<f32>;         // [n_tokens, kv_dim]
@@ -34,10 +19,6 @@ struct AttnParams {
 @group(0) @binding(5) var<storage, read_write> out: array<f32>; // [n_tokens, n_heads * head_dim]
 @group(0) @binding(6) var<storage, read> p: AttnParams;
 @group(0) @binding(7) var<storage, read> aux: array<u32>;       // [n_tokens, 2] (pos, table), tables
-
-fn slot_of(table: u32, pos: u32) -> u32 {
-    return aux[p.tables + table + pos / p.block_size] * p.block_size + pos % p.block_size;
-}
 
 @compute @workgroup_size(64)
 fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -53,29 +34,11 @@ fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     vc[slot * half_dim + d] = pack_f16(v[2u * i], v[2u * i + 1u]);
 }
 
-var<workgroup> qs: array<f32, 256>;
 var<workgroup> red_m: array<f32, 64>;
 var<workgroup> red_l: array<f32, 64>;
 var<workgroup> weights: array<f32, 64>;
 var<workgroup> span: vec2<u32>;   // first visible position, own position
 var<workgroup> table_at: u32;
-
-const NEG_BIG: f32 = -3.0e38;
-
-fn score(kv_head: u32, table: u32, j: u32) -> f32 {
-    let half_dim = p.n_kv_heads * p.head_dim / 2u;
-    let base = slot_of(table, j) * half_dim + kv_head * p.head_dim / 2u;
-    var s = 0.0;
-    for (var d = 0u; d < p.head_dim / 2u; d++) {
-        let kk = unpack2x16float(kc[base + d]);
-        s += qs[2u * d] * kk.x + qs[2u * d + 1u] * kk.y;
-    }
-    s *= p.scale;
-    if (p.softcap > 0.0) {
-        s = p.softcap * tanh(s / p.softcap);
-    }
-    return s;
-}
 
 @compute @workgroup_size(64)
 fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

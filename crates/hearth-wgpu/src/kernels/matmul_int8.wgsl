@@ -30,7 +30,7 @@ struct MatParams {
     cols: u32,
     n_tokens: u32,
     row_bytes: u32,
-    accumulate: u32,
+    epilogue: u32, // 0: y = sum; 1: y += sum; 2: y = silu(y) * sum (y holds the gate)
     x_scales: u32, // first word of the activation scales in x
     x_sums: u32,   // first word of the Q8_K group sums in x
     _pad: u32,
@@ -162,8 +162,24 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: ve
     var acc = 0.0;
     var m = 0.0;
     if (live) {
-        for (var k = parity; k < p.cols / QBLOCK; k += 2u) {
-            let dl = QLANE(row * p.row_bytes + k * QBLOCK_BYTES, l, t, k);
+        // NOTE: four blocks of the chain per iteration, read before any is added, so that a
+        // thread has four blocks' loads in flight instead of one (a decode GEMV has too few
+        // threads to hide memory latency otherwise); the adds keep the chain's order.
+        let nb = p.cols / QBLOCK;
+        let rb = row * p.row_bytes;
+        var k = parity;
+        for (; k + 6u < nb; k += 8u) {
+            let d0 = QLANE(rb + k * QBLOCK_BYTES, l, t, k);
+            let d1 = QLANE(rb + (k + 2u) * QBLOCK_BYTES, l, t, k + 2u);
+            let d2 = QLANE(rb + (k + 4u) * QBLOCK_BYTES, l, t, k + 4u);
+            let d3 = QLANE(rb + (k + 6u) * QBLOCK_BYTES, l, t, k + 6u);
+            acc = fma_rn(d0.x, d0.y, acc);
+            acc = fma_rn(d1.x, d1.y, acc);
+            acc = fma_rn(d2.x, d2.y, acc);
+            acc = fma_rn(d3.x, d3.y, acc);
+        }
+        for (; k < nb; k += 2u) {
+            let dl = QLANE(rb + k * QBLOCK_BYTES, l, t, k);
             acc = fma_rn(dl.x, dl.y, acc);
         }
         if (parity == 0u) {
@@ -184,8 +200,12 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: ve
         }
         var sum = hsum8(v) - hsum8(mv);
         let o = t * p.rows + row;
-        if (p.accumulate != 0u) {
+        if (p.epilogue == 1u) {
             sum += y[o];
+        } else if (p.epilogue == 2u) {
+            // As elementwise.wgsl's glu_silu, so that the bits are the unfused ones.
+            let g = y[o];
+            sum = g / (1.0 + exp(-g)) * sum;
         }
         y[o] = sum;
     }

@@ -1,29 +1,45 @@
-// RMSNorm in place: each group of `group` consecutive values is scaled by 1/rms and multiplied
-// by the weight. One 64-thread workgroup per group.
+// RMSNorm: each group of `group` consecutive values is scaled by 1/rms and multiplied by the
+// weight. One 64-thread workgroup per group. `rms_norm` works in place, `rms_norm_to` reads
+// the values from `aux` (a norm in front of a projection: one dispatch instead of a copy and
+// a norm), `rms_norm_rope` also rotates each group as rope.wgsl does, with the cos/sin table
+// in `aux` (QK-norm then rotary embedding of one head: one dispatch instead of two), and
+// `rms_norm_to_q8` as `rms_norm_to`, then quantizes the row to Q8_0 blocks in `q` for the
+// 8-bit matmuls that read it (quantize.wgsl's layout; one dispatch instead of two). Each value
+// goes through the same steps as in the separate kernels, so the bits are theirs.
 
 struct NormParams {
     group: u32,
     n_groups: u32,
     eps: f32,
-    _pad: u32,
+    half: u32,  // rms_norm_rope: n_rot / 2
+    heads: u32, // rms_norm_rope: groups per token
+    neox: u32,  // rms_norm_rope: 1: pairs (i, i + half); 0: pairs (2i, 2i + 1)
+    q_scales: u32, // rms_norm_to_q8: first word of the block scales in q
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
 @group(0) @binding(1) var<storage, read> wt: array<f32>; // [group]
 @group(0) @binding(2) var<storage, read> p: NormParams;
+@group(0) @binding(3) var<storage, read> aux: array<f32>; // source values, or [n_tokens, half, 2]
+@group(0) @binding(4) var<storage, read_write> q: array<u32>; // rms_norm_to_q8: Q8_0 blocks of x
 
 var<workgroup> sums: array<f32, 64>;
 
-@compute @workgroup_size(64)
-fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_index) lid: u32) {
-    let g = flat_group(wg, nwg);
-    let live = g < p.n_groups;
-    let base = g * p.group;
+// Value i of the input: from `aux` or from `x` itself.
+fn input(i: u32, from_aux: bool) -> f32 {
+    if (from_aux) {
+        return aux[i];
+    }
+    return x[i];
+}
+
+// 1 / rms of the group from `base` on (every thread of the workgroup calls it).
+fn inv_rms(base: u32, live: bool, lid: u32, from_aux: bool) -> f32 {
     var acc = 0.0;
     if (live) {
         for (var i = lid; i < p.group; i += 64u) {
-            let v = x[base + i];
+            let v = input(base + i, from_aux);
             acc += v * v;
         }
     }
@@ -35,10 +51,75 @@ fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: 
         }
         workgroupBarrier();
     }
+    return 1.0 / sqrt(sums[0] / f32(p.group) + p.eps);
+}
+
+fn norm_group(g: u32, lid: u32, from_aux: bool) {
+    let live = g < p.n_groups;
+    let base = g * p.group;
+    let inv = inv_rms(base, live, lid, from_aux);
     if (live) {
-        let inv = 1.0 / sqrt(sums[0] / f32(p.group) + p.eps);
         for (var i = lid; i < p.group; i += 64u) {
-            x[base + i] = x[base + i] * inv * wt[i];
+            x[base + i] = input(base + i, from_aux) * inv * wt[i];
         }
+    }
+}
+
+@compute @workgroup_size(64)
+fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    norm_group(flat_group(wg, nwg), lid, false);
+}
+
+@compute @workgroup_size(64)
+fn rms_norm_to(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    norm_group(flat_group(wg, nwg), lid, true);
+}
+
+@compute @workgroup_size(64)
+fn rms_norm_to_q8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let g = flat_group(wg, nwg);
+    norm_group(g, lid, true);
+    // The row's values, written by every thread of the workgroup, are read back by others.
+    storageBarrier();
+    workgroupBarrier();
+    let per_row = p.group / 32u;
+    if (g < p.n_groups) {
+        for (var k = lid; k < per_row; k += 64u) {
+            quantize_block_q8_0(g * per_row + k, p.q_scales);
+        }
+    }
+}
+
+@compute @workgroup_size(64)
+fn rms_norm_rope(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let g = flat_group(wg, nwg);
+    let live = g < p.n_groups;
+    let base = g * p.group;
+    let inv = inv_rms(base, live, lid, false);
+    if (!live) {
+        return;
+    }
+    let t = g / p.heads;
+    // Each thread reads the values it writes, so no barrier is needed between the two.
+    for (var k = lid; k < p.half; k += 64u) {
+        var a = 2u * k;
+        var b = a + 1u;
+        if (p.neox != 0u) {
+            a = k;
+            b = k + p.half;
+        }
+        let x0 = x[base + a] * inv * wt[a];
+        let x1 = x[base + b] * inv * wt[b];
+        let c = aux[2u * (t * p.half + k)];
+        let s = aux[2u * (t * p.half + k) + 1u];
+        x[base + a] = x0 * c - x1 * s;
+        x[base + b] = x0 * s + x1 * c;
+    }
+    for (var i = 2u * p.half + lid; i < p.group; i += 64u) {
+        x[base + i] = x[base + i] * inv * wt[i];
     }
 }

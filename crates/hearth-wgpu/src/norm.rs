@@ -1,0 +1,174 @@
+//! RMSNorm, rotary embedding, and the two fused into one dispatch (kernels/norm.wgsl,
+//! kernels/rope.wgsl).
+
+use hearth_backend::{BackendError, RopeKind, RopeSpec};
+
+use crate::backend::{check, words, WgpuBackend, WgpuTensor, WgpuWeight};
+use crate::int8::Int8Acts;
+use crate::kernels::Module;
+use crate::recorder::{Bind, Grid};
+
+/// Where a norm reads its input and what follows it in the same dispatch.
+pub(crate) enum NormInput<'a> {
+    /// The output tensor itself.
+    InPlace,
+    /// Another tensor of the same shape (`x` is then only written).
+    From(&'a WgpuTensor),
+    /// As `From`, and `x` quantized to the Q8_0 blocks of the second.
+    FromQuantized(&'a WgpuTensor, &'a Int8Acts),
+    /// In place, then rotary embedding with this cos/sin table ([`rope_table`]); the norm's
+    /// groups are the heads.
+    Rope(&'a [f32], &'a RopeSpec),
+}
+
+/// cos and sin of each rotation angle at each position, `[n_tokens, n_rot / 2, 2]`, computed
+/// as the CPU reference does (angle by repeated multiplication, as ggml does).
+pub(crate) fn rope_table(positions: &[u32], rope: &RopeSpec) -> Vec<f32> {
+    let half = rope.n_rot / 2;
+    let theta_scale = rope.freq_base.powf(-2.0 / rope.n_rot as f32);
+    let mut out = Vec::with_capacity(positions.len() * half * 2);
+    for &pos in positions {
+        let mut theta = pos as f32;
+        for i in 0..half {
+            let factor = rope.freq_factors.get(i).copied().unwrap_or(1.0);
+            let t = rope.freq_scale * (theta / factor);
+            out.push(t.cos());
+            out.push(t.sin());
+            theta *= theta_scale;
+        }
+    }
+    out
+}
+
+/// `Err` unless rotary embedding `rope` of heads of `head_dim` fits `x` at `positions`.
+pub(crate) fn check_rope(
+    x: &WgpuTensor,
+    positions: &[u32],
+    head_dim: usize,
+    rope: &RopeSpec,
+) -> Result<(), BackendError> {
+    check(
+        positions.len() == x.rows
+            && head_dim > 0
+            && x.cols.is_multiple_of(head_dim)
+            && rope.n_rot <= head_dim
+            && rope.n_rot.is_multiple_of(2),
+        || {
+            format!(
+                "rope of [{}, {}] at {} positions, head_dim {head_dim}, n_rot {}",
+                x.rows,
+                x.cols,
+                positions.len(),
+                rope.n_rot
+            )
+        },
+    )
+}
+
+impl WgpuBackend {
+    /// RMSNorm over groups of `group` values of `input` into `x`.
+    pub(crate) fn norm(
+        &self,
+        x: &mut WgpuTensor,
+        weight: &WgpuWeight,
+        group: usize,
+        eps: f32,
+        input: NormInput,
+    ) -> Result<(), BackendError> {
+        check(
+            group > 0 && weight.rows == 1 && weight.cols == group && x.cols.is_multiple_of(group),
+            || {
+                format!(
+                    "rms_norm of [{}, {}] in groups of {group} with '{}' [{}, {}]",
+                    x.rows, x.cols, weight.name, weight.rows, weight.cols
+                )
+            },
+        )?;
+        let n_groups = x.rows * x.cols / group;
+        let mut q_out = None;
+        let (entry, aux, half, neox) = match input {
+            NormInput::InPlace => ("rms_norm", None, 0, false),
+            NormInput::From(src) | NormInput::FromQuantized(src, _) => {
+                check((src.rows, src.cols) == (x.rows, x.cols), || {
+                    format!(
+                        "rms_norm of [{}, {}] into [{}, {}]",
+                        src.rows, src.cols, x.rows, x.cols
+                    )
+                })?;
+                let mut entry = "rms_norm_to";
+                if let NormInput::FromQuantized(_, q) = input {
+                    check(group == x.cols && group.is_multiple_of(32), || {
+                        format!("Q8_0 blocks of rows of {} in groups of {group}", x.cols)
+                    })?;
+                    entry = "rms_norm_to_q8";
+                    q_out = Some(q);
+                }
+                (entry, Some(Bind::Buffer(&src.buf)), 0, false)
+            }
+            NormInput::Rope(table, rope) => (
+                "rms_norm_rope",
+                Some(Bind::Host(bytemuck::cast_slice(table))),
+                rope.n_rot / 2,
+                rope.kind == RopeKind::Neox,
+            ),
+        };
+        let params = words(&[
+            group as u32,
+            n_groups as u32,
+            eps.to_bits(),
+            half as u32,
+            (x.cols / group) as u32,
+            neox as u32,
+            q_out.map_or(0, |q| q.scales as u32),
+            0,
+        ]);
+        let binds = [
+            Bind::Buffer(x.written()),
+            Bind::Buffer(&weight.buf),
+            Bind::Host(&params),
+            aux.unwrap_or(Bind::Buffer(&self.dummy)),
+            Bind::Buffer(q_out.map_or(&self.dummy_rw, |q| &*q.buf.buf)),
+        ];
+        Ok(self.recorder().dispatch(
+            &self.gpu,
+            Module::Norm,
+            entry,
+            &binds,
+            Grid::Groups(n_groups),
+        )?)
+    }
+
+    /// Rotary embedding of `x` in place, one dispatch.
+    pub(crate) fn rope_only(
+        &self,
+        x: &mut WgpuTensor,
+        positions: &[u32],
+        head_dim: usize,
+        rope: &RopeSpec,
+    ) -> Result<(), BackendError> {
+        check_rope(x, positions, head_dim, rope)?;
+        let half = rope.n_rot / 2;
+        let heads = x.cols / head_dim;
+        let n = x.rows * heads * half;
+        let table = rope_table(positions, rope);
+        let neox = (rope.kind == RopeKind::Neox) as u32;
+        let params = words(&[
+            n as u32,
+            x.cols as u32,
+            head_dim as u32,
+            half as u32,
+            heads as u32,
+            neox,
+            0,
+            0,
+        ]);
+        let binds = [
+            Bind::Buffer(x.written()),
+            Bind::Host(bytemuck::cast_slice(&table)),
+            Bind::Host(&params),
+        ];
+        Ok(self
+            .recorder()
+            .dispatch(&self.gpu, Module::Rope, "rope", &binds, Grid::Threads(n))?)
+    }
+}
