@@ -58,8 +58,9 @@ pub(super) struct State {
     pub unrecordable: HashSet<u64>,
     /// Arrays staged in this pass and where their copies live on the device.
     pub staged: Vec<(StageKey, u64)>,
-    /// Rows a fused norm also quantized for the int8-activation GEMVs (kernels/model.cu
-    /// `rms_norm_quantize`); forgotten when any other kernel is handed the rows.
+    /// Rows already quantized to 8 bits for the int8-activation kernels, by a fused norm
+    /// (kernels/model.cu `rms_norm_quantize`) or for an earlier projection of the same rows;
+    /// forgotten when any other kernel is handed the rows or cuBLAS writes them.
     pub quantized: Cell<Option<Quantized>>,
 }
 
