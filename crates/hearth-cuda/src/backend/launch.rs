@@ -16,13 +16,6 @@ const GEMV_ROWS_PER_WARP: u32 = 2;
 /// Up to this many tokens a matmul reads the weights once per token with the GEMV kernels;
 /// beyond, it dequantizes them to f16 once and runs a cuBLAS GEMM on tensor cores.
 pub(super) const GEMV_MAX_TOKENS: usize = 4;
-/// Batches up to this many tokens multiply Q8_0 weights on int8 tensor cores (kernels/mmq.cu)
-/// rather than dequantizing them to f16 for cuBLAS: decode steps of many sequences and short
-/// prompts, where the dequantized copy costs more than the product.
-const MMQ_MAX_TOKENS: usize = 64;
-/// Weight rows and tokens of one kernels/mmq.cu block.
-const MMQ_ROWS: u32 = 32;
-const MMQ_TOKENS: u32 = 64;
 /// The `mode` argument of the fused GEMV kernels (kernels/gemv.cu).
 const GEMV_STORE: i32 = 0;
 const GEMV_ACCUMULATE: i32 = 1;
@@ -210,9 +203,6 @@ impl CudaBackend {
             }
             return self.launch_mlx_gemv(st, w, m, x, out, accumulate);
         }
-        if n > GEMV_MAX_TOKENS && n <= MMQ_MAX_TOKENS && w.ty == GgmlType::Q8_0 {
-            return self.launch_mmq(st, w, x, out, accumulate);
-        }
         // The GEMM path dequantizes whole 32-value groups (kernels/dequant.cu).
         if n > GEMV_MAX_TOKENS && self.blas.is_some() && w.cols.is_multiple_of(32) {
             return self.gemm(st, w, x, out, accumulate);
@@ -272,34 +262,6 @@ impl CudaBackend {
                 ],
             )
         }
-    }
-
-    /// `out (+)= W · x` for Q8_0 weights on int8 tensor cores (kernels/mmq.cu), with x
-    /// quantized as the GEMVs quantize it.
-    fn launch_mmq(
-        &self,
-        st: &mut State,
-        w: &CudaWeight,
-        x: &CudaTensor,
-        out: &CudaTensor,
-        accumulate: bool,
-    ) -> Result<(), CudaError> {
-        let (xq, xds) = self.quantize_activations(st, x)?;
-        let grid = (
-            (w.rows as u32).div_ceil(MMQ_ROWS),
-            (x.rows as u32).div_ceil(MMQ_TOKENS),
-        );
-        let args = [
-            Arg::P(w.ptr),
-            Arg::P(xq),
-            Arg::P(xds),
-            Arg::P(out.ptr),
-            Arg::I(w.rows as i32),
-            Arg::I(w.cols as i32),
-            Arg::I(x.rows as i32),
-            Arg::I(accumulate as i32),
-        ];
-        self.launch(st, "mmq_q8_0", grid, 128, &args)
     }
 
     /// The three projections in one launch when their weights share a fused GEMV type and the
