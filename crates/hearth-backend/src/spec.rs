@@ -69,12 +69,10 @@ impl<'a> RopeRows<'a> {
         }
     }
 
-    /// Row `i`'s `base^(-2 / n_rot)`.
-    pub fn theta_scale(&self, i: usize, rope: &RopeSpec) -> f32 {
-        match self.theta_scales {
-            Some(t) => t[i],
-            None => rope.theta_scale(),
-        }
+    /// Row `i`'s `base^(-2 / n_rot)`, given `plain`, the one of [`RopeSpec::freq_base`]
+    /// (computed once per call by the caller).
+    pub fn theta_scale(&self, i: usize, plain: f32) -> f32 {
+        self.theta_scales.map_or(plain, |t| t[i])
     }
 }
 

@@ -26,9 +26,10 @@ pub(crate) enum NormInput<'a> {
 /// where `rows.theta_scales` gives one).
 pub(crate) fn rope_table(rows: RopeRows, rope: &RopeSpec) -> Vec<f32> {
     let half = rope.n_rot / 2;
+    let plain = rope.theta_scale();
     let mut out = Vec::with_capacity(rows.positions.len() * half * 2);
     for (r, &pos) in rows.positions.iter().enumerate() {
-        let theta_scale = rows.theta_scale(r, rope);
+        let theta_scale = rows.theta_scale(r, plain);
         let mut theta = pos as f32;
         for i in 0..half {
             let factor = rope.freq_factors.get(i).copied().unwrap_or(1.0);

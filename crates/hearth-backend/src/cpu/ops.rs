@@ -35,8 +35,9 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
 /// Rotary embedding over `[n_rows, cols]` values laid out as heads of `head_dim`; row `i` at
 /// `rows.positions[i]` (and its own base where `rows.theta_scales` gives one).
 pub fn rope(x: &mut [f32], cols: usize, rows: RopeRows, head_dim: usize, rope: &RopeSpec) {
+    let plain = rope.theta_scale();
     let apply_row = |(i, row): (usize, &mut [f32])| {
-        let (cos, sin) = angles(rows.positions[i], rows.theta_scale(i, rope), rope);
+        let (cos, sin) = angles(rows.positions[i], rows.theta_scale(i, plain), rope);
         for head in row.chunks_mut(head_dim) {
             rotate(head, &cos, &sin, rope);
         }
