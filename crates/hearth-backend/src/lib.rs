@@ -10,7 +10,10 @@ pub mod encoder;
 mod spec;
 mod weight;
 
-pub use spec::{Activation, AttnBatch, AttnParams, AttnSeq, KvSpec, KvType, RopeKind, RopeSpec};
+pub use spec::{
+    theta_scale_of, Activation, AttnBatch, AttnParams, AttnSeq, KvSpec, KvType, RopeKind, RopeRows,
+    RopeSpec,
+};
 pub use weight::{ByteSource, HostWeight, MlxGroups};
 
 /// An error from a backend operation or from preparing data for one.
@@ -107,11 +110,11 @@ pub trait Backend: Send + Sync {
         eps: f32,
     ) -> Result<(), BackendError>;
     /// Rotary position embedding applied in place to every `head_dim` group of every row; row `i`
-    /// is at position `positions[i]`.
+    /// is at position `rows.positions[i]` (with its own base where `rows.theta_scales` gives one).
     fn rope(
         &self,
         x: &mut Self::Tensor,
-        positions: &[u32],
+        rows: RopeRows,
         head_dim: usize,
         rope: &RopeSpec,
     ) -> Result<(), BackendError>;
@@ -157,14 +160,14 @@ pub trait Backend: Send + Sync {
     }
 
     /// Per-head RMSNorm of `q` and `k` with `norms` (QK-norm, when given), then rotary
-    /// embedding of both at `positions`.
+    /// embedding of both at `rows`.
     #[allow(clippy::too_many_arguments)]
     fn qk_norm_rope(
         &self,
         q: &mut Self::Tensor,
         k: &mut Self::Tensor,
         norms: Option<(&Self::Weight, &Self::Weight)>,
-        positions: &[u32],
+        rows: RopeRows,
         head_dim: usize,
         rope: &RopeSpec,
         eps: f32,
@@ -173,8 +176,8 @@ pub trait Backend: Send + Sync {
             self.rms_norm(q, qn, head_dim, eps)?;
             self.rms_norm(k, kn, head_dim, eps)?;
         }
-        self.rope(q, positions, head_dim, rope)?;
-        self.rope(k, positions, head_dim, rope)
+        self.rope(q, rows, head_dim, rope)?;
+        self.rope(k, rows, head_dim, rope)
     }
 
     /// `out += W · x`: a projection added to the residual stream.

@@ -23,6 +23,59 @@ pub struct RopeSpec {
     pub freq_factors: Vec<f32>,
 }
 
+impl RopeSpec {
+    /// The ratio of consecutive rotation frequencies, `freq_base^(-2 / n_rot)`, computed in
+    /// f32 as ggml does.
+    pub fn theta_scale(&self) -> f32 {
+        theta_scale_of(self.freq_base, self.n_rot)
+    }
+}
+
+/// `base^(-2 / n_rot)` in f32: the ratio of consecutive rotation frequencies of a rope with
+/// base `base` (see [`RopeRows::theta_scales`]).
+pub fn theta_scale_of(base: f32, n_rot: usize) -> f32 {
+    base.powf(-2.0 / n_rot as f32)
+}
+
+/// The rows one rope call rotates: where each is, and, where rows differ in their base,
+/// each row's own frequency ratio.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeRows<'a> {
+    /// `[n_rows]`: each row's position.
+    pub positions: &'a [u32],
+    /// `[n_rows]`: each row's `base^(-2 / n_rot)`, in place of the one
+    /// [`RopeSpec::freq_base`] gives every row; `None`: every row uses `freq_base`.
+    ///
+    /// NOTE: dynamic NTK scaling raises the base with the length of a sequence, and a batch
+    /// holds several sequences, so the base is a property of the row, not of the model.
+    pub theta_scales: Option<&'a [f32]>,
+}
+
+impl<'a> RopeRows<'a> {
+    /// Rows at `positions`, all with the model's base.
+    pub fn at(positions: &'a [u32]) -> Self {
+        Self {
+            positions,
+            theta_scales: None,
+        }
+    }
+
+    /// How many rows there are, if the two arrays agree on it.
+    pub fn n_rows(&self) -> Option<usize> {
+        let n = self.positions.len();
+        match self.theta_scales {
+            Some(t) if t.len() != n => None,
+            _ => Some(n),
+        }
+    }
+
+    /// Row `i`'s `base^(-2 / n_rot)`, given `plain`, the one of [`RopeSpec::freq_base`]
+    /// (computed once per call by the caller).
+    pub fn theta_scale(&self, i: usize, plain: f32) -> f32 {
+        self.theta_scales.map_or(plain, |t| t[i])
+    }
+}
+
 /// The nonlinearity of a gated feed-forward block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {

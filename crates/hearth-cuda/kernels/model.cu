@@ -63,13 +63,16 @@ extern "C" __global__ void rms_norm_quantize(const float* __restrict__ x,
 
 // Rotary embedding in place over rows of `cols` values (heads of head_dim). Grid: one block
 // per row; threads over (head, pair). `neox`: pairs (i, i + n_rot/2), else (2i, 2i + 1).
-// `factors`: n_rot/2 divisors or null.
+// `factors`: n_rot/2 divisors or null. `theta_scales`: each row's ratio of consecutive
+// frequencies (dynamic NTK raises the base per sequence), or null for `theta_scale` everywhere;
+// read from device memory so that a replayed decode step sees this step's values.
 extern "C" __global__ void rope_rows(float* x, const u32* positions, int cols, int head_dim,
-                                     int n_rot, float theta_scale, float freq_scale,
-                                     const float* factors, int neox) {
+                                     int n_rot, float theta_scale, const float* theta_scales,
+                                     float freq_scale, const float* factors, int neox) {
     const int half = n_rot / 2;
     const int n_heads = cols / head_dim;
     const float pos = (float)positions[blockIdx.x];
+    if (theta_scales) theta_scale = theta_scales[blockIdx.x];
     float* row = x + (size_t)blockIdx.x * cols;
     for (int task = threadIdx.x; task < n_heads * half; task += blockDim.x) {
         const int h = task / half, i = task % half;
@@ -265,11 +268,12 @@ attention_hd256(const float* q, const u16* kc, const u16* vc, float* out, const 
 
 // Per-head RMSNorm (QK-norm, when `qn` / `kn` are given) and rotary embedding of q and k in
 // one pass. Grid: (n_q_heads + n_k_heads, n_tokens); one thread per value of the head. The
-// same arithmetic as rms_norm_groups followed by rope_rows.
+// same arithmetic as rms_norm_groups followed by rope_rows (`theta_scales` as there).
 extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, const float* kn,
                                         const u32* positions, int n_q_heads, int n_k_heads,
                                         int head_dim, float eps, int n_rot, float theta_scale,
-                                        float freq_scale, const float* factors, int neox) {
+                                        const float* theta_scales, float freq_scale,
+                                        const float* factors, int neox) {
     __shared__ float head[256];
     const int t = blockIdx.y, hi = blockIdx.x;
     const bool is_q = hi < n_q_heads;
@@ -294,6 +298,7 @@ extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, con
     // Thread i < n_rot writes element i: its pair index and partner.
     const int pair = neox ? (i % half) : (i / 2);
     const int a = neox ? pair : 2 * pair, b = neox ? pair + half : 2 * pair + 1;
+    if (theta_scales) theta_scale = theta_scales[t];
     float theta = (float)positions[t];
     for (int m = 0; m < pair; ++m) theta *= theta_scale;
     const float f = factors ? factors[pair] : 1.0f;

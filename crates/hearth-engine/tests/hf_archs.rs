@@ -12,7 +12,7 @@ use common::hf::{
     load_error, reference, run_prompts, scratch_copy, Reference,
 };
 use common::{open_engine, open_engine_with, read_json, repo_root};
-use hearth_engine::Sequence;
+use hearth_engine::{SeqStep, Sequence};
 
 #[test]
 fn mistral_sliding_window_matches_transformers() {
@@ -38,33 +38,79 @@ fn gemma3_text_matches_transformers() {
     check_f32_folder("hf-tiny-gemma3");
 }
 
-/// Dynamic NTK: plain rope up to max_position_embeddings, refused beyond (see below).
+/// The dynamic NTK fixture's max_position_embeddings: its base grows past it.
+const DYNAMIC_ORIGINAL: usize = 256;
+
+/// Dynamic NTK: plain rope up to max_position_embeddings (reference.json), then a base that
+/// grows with each forward pass's sequence length (reference_long.json, made by
+/// scripts/make_long_context_refs.py): prompts of 250, 300 and 400 tokens in one step, each
+/// followed by 12 greedy decode steps of one token, whose logits are checked too (the first
+/// prompt crosses the limit while decoding). Each step raises the base from its own length and
+/// the cached keys keep theirs, as in transformers with its KV cache.
 #[test]
 fn llama_dynamic_rope_matches_transformers() {
+    let dir = fixture("hf-tiny-llama-dynamic");
     check_f32_folder("hf-tiny-llama-dynamic");
+    let (kv_type, bound) = f32_check_cache();
+    let long = dir.join("reference_long.json");
+    check_model_with(&dir, &long, 2 * DYNAMIC_ORIGINAL, kv_type, bound);
 }
 
-/// Where dynamic NTK's base would start to grow, hearth refuses the position with an error
-/// naming the limit instead of computing something else.
+/// The grown base is what the long prompts check: with plain rope in its place the logits
+/// move far beyond the tolerance.
 #[test]
-fn positions_past_the_rope_limit_are_refused() {
-    let cases = [(
-        fixture("hf-tiny-llama-dynamic"),
-        256,
-        "max_position_embeddings (256)",
-    )];
-    for (path, limit, what) in cases {
-        let mut engine = open_engine(&path);
-        let prompt: Vec<u32> = (0..limit as u32).map(|i| i % 200).collect();
+fn dynamic_rope_growth_is_checked_by_the_fixture() {
+    let dir = scratch_copy("hf-tiny-llama-dynamic", "plain");
+    edit(&dir.join("config.json"), "\"dynamic\"", "\"default\"");
+    let r: Reference = read_json(&fixture("hf-tiny-llama-dynamic").join("reference_long.json"));
+    let mut engine = open_engine_with(&dir, 2 * DYNAMIC_ORIGINAL, f32_check_cache().0);
+    let (diff, _) = run_prompts(&mut engine, &r);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("long prompts with plain rope: max |logit diff| = {diff:e}");
+    assert!(diff > 2e-2, "plain rope gives only {diff}");
+}
+
+/// In one batch, each sequence's base follows its own length: a sequence past the original
+/// context and one inside it, stepped together, give the logits each gives stepped alone.
+#[test]
+fn dynamic_rope_base_is_per_sequence_in_a_batch() {
+    let dir = fixture("hf-tiny-llama-dynamic");
+    let (kv_type, bound) = f32_check_cache();
+    let mut engine = open_engine_with(&dir, 2 * DYNAMIC_ORIGINAL, kv_type);
+    let prompt = |n: usize| -> Vec<u32> { (0..n as u32).map(|i| (i * 37 + 11) % 300).collect() };
+    let (long, short) = (prompt(DYNAMIC_ORIGINAL + 20), prompt(40));
+    let (next_long, next_short) = ([5u32, 6, 7], [9u32, 10]);
+    let mut alone = Vec::new();
+    for (p, next) in [(&long, &next_long[..]), (&short, &next_short[..])] {
         let mut seq = Sequence::new();
-        engine
-            .feed(&mut seq, &prompt)
-            .expect("up to the limit runs");
-        let e = engine
-            .step(&mut seq, &[1])
-            .expect_err("the position past the limit is refused")
-            .to_string();
-        assert!(e.contains(what) && e.contains("not supported yet"), "{e}");
+        engine.feed(&mut seq, p).expect("prompt runs");
+        alone.push(engine.step(&mut seq, next).expect("step runs"));
+        engine.release(&mut seq);
+    }
+    let (mut a, mut b) = (Sequence::new(), Sequence::new());
+    engine.feed(&mut a, &long).expect("prompt runs");
+    engine.feed(&mut b, &short).expect("prompt runs");
+    let mut work = [
+        SeqStep {
+            seq: &mut a,
+            tokens: &next_long,
+            logits_rows: vec![next_long.len() - 1],
+        },
+        SeqStep {
+            seq: &mut b,
+            tokens: &next_short,
+            logits_rows: vec![next_short.len() - 1],
+        },
+    ];
+    let together = engine.step_batch(&mut work).expect("batched step");
+    for (name, (x, y)) in ["long", "short"].iter().zip(together.iter().zip(&alone)) {
+        let diff = x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0f32, f32::max);
+        eprintln!("{name} sequence batched vs alone: max |logit diff| = {diff:e}");
+        assert!(diff < bound, "{name}: batched logits differ by {diff}");
     }
 }
 

@@ -367,7 +367,7 @@ fn unconvertible_folders_are_refused_by_name() {
     // past the position where transformers changes the base.
     let e = refused(scratch_copy("hf-tiny-llama-dynamic", "convert-dynamic"));
     assert!(
-        e.contains("config.json") && e.contains("position_limit"),
+        e.contains("config.json") && e.contains("dynamic_ntk"),
         "{e}"
     );
 

@@ -3,7 +3,7 @@
 use hearth_backend::{Activation, RopeKind, RopeSpec};
 use hearth_gguf::Metadata;
 
-use crate::{ModelError, MoeConfig};
+use crate::{DynamicNtk, ModelError, MoeConfig};
 
 /// Whether a layer attends to the whole context or a sliding window of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,9 +54,9 @@ pub struct DecoderConfig {
     /// Sparse mixture-of-experts feed-forward in every layer (Mixtral, Qwen 3 MoE);
     /// `None`: a dense one of width `n_ff`.
     pub moe: Option<MoeConfig>,
-    /// Positions from which the rope scaling changes in a way hearth does not run yet
-    /// (dynamic NTK); a batch reaching them is refused.
-    pub position_limit: Option<PositionLimit>,
+    /// Dynamic NTK scaling of `rope` (HF `rope_type: dynamic`): the base grows with a
+    /// sequence's length past the original context.
+    pub dynamic_ntk: Option<DynamicNtk>,
     /// LongRoPE's second set of frequency divisors, for contexts longer than the original one
     /// (see [`DecoderConfig::fit_context`]); `rope.freq_factors` holds the short set.
     pub long_rope: Option<LongRope>,
@@ -69,15 +69,6 @@ pub struct LongRope {
     pub original_context: usize,
     /// Per-frequency divisors for longer contexts, length `n_rot / 2`.
     pub long_factors: Vec<f32>,
-}
-
-/// See [`DecoderConfig::position_limit`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct PositionLimit {
-    /// The first position refused.
-    pub position: usize,
-    /// What is not supported from there on, for the error message.
-    pub reason: String,
 }
 
 impl DecoderConfig {
@@ -296,7 +287,7 @@ impl CommonHparams {
             sliding_window: None,
             layer_kinds: vec![LayerKind::Global; self.n_layers],
             moe: None,
-            position_limit: None,
+            dynamic_ntk: None,
             long_rope: None,
         }
     }

@@ -7,7 +7,7 @@
 //!  logits = lm_head(rms_norm(x[logits_rows]))
 //! ```
 
-use hearth_backend::{AttnBatch, AttnParams, Backend};
+use hearth_backend::{AttnBatch, AttnParams, Backend, RopeRows};
 
 use crate::moe::SparseFfn;
 use crate::{Batch, DecoderConfig, LayerKind, ModelError, TensorLoader};
@@ -69,6 +69,15 @@ fn add_row<B: Backend>(be: &B, x: &mut B::Tensor, bias: &[f32]) -> Result<(), Mo
     let tiled: Vec<f32> = bias.iter().copied().cycle().take(rows * cols).collect();
     be.add(x, &be.upload(&tiled, rows, cols)?)?;
     Ok(())
+}
+
+/// What every layer's attention needs to know about the batch's rows.
+struct LayerRows<'a> {
+    batch: &'a Batch<'a>,
+    attn: &'a AttnBatch<'a>,
+    /// `[n_tokens]`: each row's rope `base^(-2 / n_rot)` where dynamic NTK scaling raises the
+    /// base of some sequence (see [`crate::DynamicNtk`]); `None`: plain rope.
+    theta_scales: Option<&'a [f32]>,
 }
 
 /// What a forward pass returns for its wanted rows.
@@ -269,18 +278,6 @@ impl<B: Backend> DecoderModel<B> {
 
     fn check_batch(&self, batch: &Batch, block_size: usize) -> Result<(), ModelError> {
         batch.validate(block_size).map_err(ModelError::BadBatch)?;
-        if let Some(limit) = &self.config.position_limit {
-            if let Some(&p) = batch
-                .positions
-                .iter()
-                .find(|&&p| p as usize >= limit.position)
-            {
-                return Err(ModelError::BadBatch(format!(
-                    "position {p} is not supported for this model: {}",
-                    limit.reason
-                )));
-            }
-        }
         if let Some(&t) = batch
             .tokens
             .iter()
@@ -305,7 +302,17 @@ impl<B: Backend> DecoderModel<B> {
         let tracing = self.trace.lock().map(|t| t.is_some()).unwrap_or(true);
         // NOTE: expert routing reads router logits back and sizes matmuls by them.
         let sparse = self.config.moe.is_some();
-        (decode && !tracing && !sparse).then_some(n as u64)
+        // NOTE: a step whose rows carry their own rope base stages one more array and passes
+        // it to the rope kernels, so it is a different recording from a plain step of `n`.
+        let own_bases = self.rope_theta_scales(batch).is_some() as u64;
+        (decode && !tracing && !sparse).then_some(n as u64 | own_bases << 32)
+    }
+
+    /// Each row's rope `base^(-2 / n_rot)` when dynamic NTK scaling raises the base of some
+    /// sequence of `batch`; `None` (plain rope) otherwise.
+    fn rope_theta_scales(&self, batch: &Batch) -> Option<Vec<f32>> {
+        let ntk = self.config.dynamic_ntk.as_ref()?;
+        ntk.theta_scales(batch.seqs, batch.tokens.len(), &self.config.rope)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -329,9 +336,15 @@ impl<B: Backend> DecoderModel<B> {
             seqs: batch.seqs,
             block_size,
         };
+        let theta_scales = self.rope_theta_scales(batch);
+        let rows = LayerRows {
+            batch,
+            attn: &attn_batch,
+            theta_scales: theta_scales.as_deref(),
+        };
         for (il, layer) in self.layers.iter().enumerate() {
             let h = be.rms_norm_copy(&x, &layer.attn_norm, c.rms_eps)?;
-            let mut ctx = self.attention(be, layer, il, &h, batch, &attn_batch, cache)?;
+            let mut ctx = self.attention(be, layer, il, &h, &rows, cache)?;
             if il + 1 == self.layers.len() {
                 // NOTE: after the last attention only the rows whose logits are wanted matter
                 // (one per sequence in decode), so the rest of the last layer runs on those.
@@ -380,19 +393,17 @@ impl<B: Backend> DecoderModel<B> {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         be: &B,
         layer: &Layer<B::Weight>,
         il: usize,
         h: &B::Tensor,
-        batch: &Batch,
-        attn_batch: &AttnBatch,
+        rows: &LayerRows,
         cache: &mut B::KvCache,
     ) -> Result<B::Tensor, ModelError> {
         let c = &self.config;
-        let n = batch.tokens.len();
+        let n = rows.batch.tokens.len();
         let (q_dim, kv_dim) = (c.n_heads * c.head_dim, c.kv_dim());
         let mut q = be.alloc(n, q_dim)?; // [n_tokens, n_heads * head_dim]
         let mut k = be.alloc(n, kv_dim)?; // [n_tokens, n_kv_heads * head_dim]
@@ -409,15 +420,14 @@ impl<B: Backend> DecoderModel<B> {
         }
         let sliding = c.layer_kinds[il] == LayerKind::Sliding;
         let rope = if sliding { &c.rope_sliding } else { &c.rope };
+        let scaled = !sliding || c.dynamic_ntk.as_ref().is_some_and(|d| d.sliding_layers);
+        let rope_rows = RopeRows {
+            positions: rows.batch.positions,
+            theta_scales: rows.theta_scales.filter(|_| scaled),
+        };
         let norms = layer.q_norm.as_ref().zip(layer.k_norm.as_ref());
         be.qk_norm_rope(
-            &mut q,
-            &mut k,
-            norms,
-            batch.positions,
-            c.head_dim,
-            rope,
-            c.rms_eps,
+            &mut q, &mut k, norms, rope_rows, c.head_dim, rope, c.rms_eps,
         )?;
         let params = AttnParams {
             n_heads: c.n_heads,
@@ -428,7 +438,7 @@ impl<B: Backend> DecoderModel<B> {
             softcap: c.attn_softcap,
         };
         let mut ctx = be.alloc(n, q_dim)?;
-        be.attention(&q, &k, &v, cache, il, attn_batch, &params, &mut ctx)?;
+        be.attention(&q, &k, &v, cache, il, rows.attn, &params, &mut ctx)?;
         Ok(ctx)
     }
 

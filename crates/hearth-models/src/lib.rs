@@ -10,6 +10,7 @@ pub mod arch;
 mod batch;
 mod config;
 mod decoder;
+mod dynamic_ntk;
 pub mod encoder;
 mod error;
 pub mod hf;
@@ -19,8 +20,9 @@ pub mod registry;
 mod rope_scaling;
 
 pub use batch::Batch;
-pub use config::{DecoderConfig, LayerKind, LongRope, PositionLimit};
+pub use config::{DecoderConfig, LayerKind, LongRope};
 pub use decoder::DecoderModel;
+pub use dynamic_ntk::DynamicNtk;
 pub use error::ModelError;
 pub use loader::{GgufTensorBytes, TensorLoader, TensorSource};
 pub use moe::MoeConfig;

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use hearth_backend::{
     Activation, AttnBatch, AttnParams, AttnSeq, Backend, HostWeight, KvSpec, KvType, RopeKind,
-    RopeSpec,
+    RopeRows, RopeSpec,
 };
 use hearth_quant::GgmlType;
 use hearth_wgpu::{WgpuBackend, WgpuKvCache, WgpuTensor, WgpuWeight};
@@ -117,7 +117,7 @@ impl Step<'_> {
             &mut q,
             &mut k,
             Some((&l.q_norm, &l.k_norm)),
-            &pos,
+            RopeRows::at(&pos),
             HEAD_DIM,
             &rope(),
             1e-6,

@@ -4,7 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hearth_backend::{
-    Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeSpec,
+    Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeRows,
+    RopeSpec,
 };
 use hearth_quant::GgmlType;
 use wgpu::util::DeviceExt;
@@ -608,11 +609,11 @@ impl Backend for WgpuBackend {
     fn rope(
         &self,
         x: &mut WgpuTensor,
-        positions: &[u32],
+        rows: RopeRows,
         head_dim: usize,
         rope: &RopeSpec,
     ) -> Result<(), BackendError> {
-        self.rope_only(x, positions, head_dim, rope)
+        self.rope_only(x, rows, head_dim, rope)
     }
 
     fn qk_norm_rope(
@@ -620,18 +621,18 @@ impl Backend for WgpuBackend {
         q: &mut WgpuTensor,
         k: &mut WgpuTensor,
         norms: Option<(&WgpuWeight, &WgpuWeight)>,
-        positions: &[u32],
+        rows: RopeRows,
         head_dim: usize,
         rope: &RopeSpec,
         eps: f32,
     ) -> Result<(), BackendError> {
         let Some((qn, kn)) = norms else {
-            self.rope_only(q, positions, head_dim, rope)?;
-            return self.rope_only(k, positions, head_dim, rope);
+            self.rope_only(q, rows, head_dim, rope)?;
+            return self.rope_only(k, rows, head_dim, rope);
         };
-        check_rope(q, positions, head_dim, rope)?;
-        check_rope(k, positions, head_dim, rope)?;
-        let table = rope_table(positions, rope);
+        check_rope(q, rows, head_dim, rope)?;
+        check_rope(k, rows, head_dim, rope)?;
+        let table = rope_table(rows, rope);
         let with = NormInput::Rope(&table, rope);
         self.norm(q, qn, head_dim, eps, with)?;
         let with = NormInput::Rope(&table, rope);

@@ -1,7 +1,7 @@
 //! RMSNorm, rotary embedding, and the two fused into one dispatch (kernels/norm.wgsl,
 //! kernels/rope.wgsl).
 
-use hearth_backend::{BackendError, RopeKind, RopeSpec};
+use hearth_backend::{BackendError, RopeKind, RopeRows, RopeSpec};
 
 use crate::backend::{check, words, WgpuBackend, WgpuTensor, WgpuWeight};
 use crate::int8::Int8Acts;
@@ -21,13 +21,15 @@ pub(crate) enum NormInput<'a> {
     Rope(&'a [f32], &'a RopeSpec),
 }
 
-/// cos and sin of each rotation angle at each position, `[n_tokens, n_rot / 2, 2]`, computed
-/// as the CPU reference does (angle by repeated multiplication, as ggml does).
-pub(crate) fn rope_table(positions: &[u32], rope: &RopeSpec) -> Vec<f32> {
+/// cos and sin of each rotation angle of each row, `[n_tokens, n_rot / 2, 2]`, computed as the
+/// CPU reference does (angle by repeated multiplication, as ggml does; each row's own base
+/// where `rows.theta_scales` gives one).
+pub(crate) fn rope_table(rows: RopeRows, rope: &RopeSpec) -> Vec<f32> {
     let half = rope.n_rot / 2;
-    let theta_scale = rope.freq_base.powf(-2.0 / rope.n_rot as f32);
-    let mut out = Vec::with_capacity(positions.len() * half * 2);
-    for &pos in positions {
+    let plain = rope.theta_scale();
+    let mut out = Vec::with_capacity(rows.positions.len() * half * 2);
+    for (r, &pos) in rows.positions.iter().enumerate() {
+        let theta_scale = rows.theta_scale(r, plain);
         let mut theta = pos as f32;
         for i in 0..half {
             let factor = rope.freq_factors.get(i).copied().unwrap_or(1.0);
@@ -40,15 +42,15 @@ pub(crate) fn rope_table(positions: &[u32], rope: &RopeSpec) -> Vec<f32> {
     out
 }
 
-/// `Err` unless rotary embedding `rope` of heads of `head_dim` fits `x` at `positions`.
+/// `Err` unless rotary embedding `rope` of heads of `head_dim` fits `x` at `rows`.
 pub(crate) fn check_rope(
     x: &WgpuTensor,
-    positions: &[u32],
+    rows: RopeRows,
     head_dim: usize,
     rope: &RopeSpec,
 ) -> Result<(), BackendError> {
     check(
-        positions.len() == x.rows
+        rows.n_rows() == Some(x.rows)
             && head_dim > 0
             && x.cols.is_multiple_of(head_dim)
             && rope.n_rot <= head_dim
@@ -58,7 +60,7 @@ pub(crate) fn check_rope(
                 "rope of [{}, {}] at {} positions, head_dim {head_dim}, n_rot {}",
                 x.rows,
                 x.cols,
-                positions.len(),
+                rows.positions.len(),
                 rope.n_rot
             )
         },
@@ -142,15 +144,15 @@ impl WgpuBackend {
     pub(crate) fn rope_only(
         &self,
         x: &mut WgpuTensor,
-        positions: &[u32],
+        rows: RopeRows,
         head_dim: usize,
         rope: &RopeSpec,
     ) -> Result<(), BackendError> {
-        check_rope(x, positions, head_dim, rope)?;
+        check_rope(x, rows, head_dim, rope)?;
         let half = rope.n_rot / 2;
         let heads = x.cols / head_dim;
         let n = x.rows * heads * half;
-        let table = rope_table(positions, rope);
+        let table = rope_table(rows, rope);
         let neox = (rope.kind == RopeKind::Neox) as u32;
         let params = words(&[
             n as u32,

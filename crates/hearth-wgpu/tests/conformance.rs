@@ -10,7 +10,7 @@ use std::sync::Arc;
 use hearth_backend::cpu::CpuBackend;
 use hearth_backend::{
     Activation, AttnBatch, AttnParams, AttnSeq, Backend, HostWeight, KvSpec, KvType, RopeKind,
-    RopeSpec,
+    RopeRows, RopeSpec,
 };
 use hearth_quant::{GgmlType, KernelLevel};
 use hearth_wgpu::kernels::{INT8_TYPES, WEIGHT_TYPES};
@@ -208,10 +208,39 @@ fn elementwise_on<B: Backend>(
             freq_factors: factors,
         };
         let mut x = up(a);
-        be.rope(&mut x, &[0, 7, 300], head_dim, &spec)
+        be.rope(&mut x, RopeRows::at(&[0, 7, 300]), head_dim, &spec)
             .expect("rope");
         out.push((format!("rope {kind:?} n_rot {n_rot}"), host(&x)));
     }
+    // Rows with bases of their own (dynamic NTK: a base raised per sequence).
+    let spec = RopeSpec {
+        kind: RopeKind::Neox,
+        n_rot: 32,
+        freq_base: 10000.0,
+        freq_scale: 1.0,
+        freq_factors: vec![],
+    };
+    let theta_scales = [spec.theta_scale(), 0.7, 0.8];
+    let rows = RopeRows {
+        positions: &[5, 290, 300],
+        theta_scales: Some(&theta_scales),
+    };
+    let mut x = up(a);
+    be.rope(&mut x, rows, head_dim, &spec).expect("rope");
+    out.push(("rope with per-row bases".into(), host(&x)));
+    let (mut q, mut k) = (up(a), up(b));
+    be.qk_norm_rope(
+        &mut q,
+        &mut k,
+        Some((&hw, &hw)),
+        rows,
+        head_dim,
+        &spec,
+        1e-6,
+    )
+    .expect("qk_norm_rope");
+    out.push(("qk_norm_rope with per-row bases q".into(), host(&q)));
+    out.push(("qk_norm_rope with per-row bases k".into(), host(&k)));
     let x = be.rms_norm_copy(&up(a), &nw, 1e-6).expect("rms_norm_copy");
     out.push(("rms_norm_copy".into(), host(&x)));
     // QK-norm then rope, fused on the GPU; full and partial rotation.
@@ -228,7 +257,7 @@ fn elementwise_on<B: Backend>(
             &mut q,
             &mut k,
             Some((&hw, &hw)),
-            &[3, 9, 1000],
+            RopeRows::at(&[3, 9, 1000]),
             head_dim,
             &spec,
             1e-6,

@@ -11,7 +11,7 @@ use hearth_quant::{GgmlType, WeightMatrix};
 
 use crate::{
     Activation, AttnBatch, AttnParams, Backend, BackendError, ByteSource, HostWeight, KvSpec,
-    MlxGroups, RopeSpec,
+    MlxGroups, RopeRows, RopeSpec,
 };
 
 /// A dense row-major f32 matrix.
@@ -300,21 +300,24 @@ impl Backend for CpuBackend {
     fn rope(
         &self,
         x: &mut CpuTensor,
-        positions: &[u32],
+        rows: RopeRows,
         head_dim: usize,
         rope: &RopeSpec,
     ) -> Result<(), BackendError> {
-        assert_eq!(positions.len(), x.rows);
-        if !x.cols.is_multiple_of(head_dim)
+        if rows.n_rows() != Some(x.rows)
+            || !x.cols.is_multiple_of(head_dim)
             || rope.n_rot > head_dim
             || !rope.n_rot.is_multiple_of(2)
         {
             return Err(BackendError::Unsupported(format!(
-                "rope over {} of {head_dim} values in rows of {}",
-                rope.n_rot, x.cols
+                "rope over {} of {head_dim} values in {} rows of {} ({} positions)",
+                rope.n_rot,
+                x.rows,
+                x.cols,
+                rows.positions.len()
             )));
         }
-        ops::rope(&mut x.data, x.cols, positions, head_dim, rope);
+        ops::rope(&mut x.data, x.cols, rows, head_dim, rope);
         Ok(())
     }
 

@@ -10,7 +10,7 @@ use half::f16;
 use rayon::prelude::*;
 
 use super::simd;
-use crate::{Activation, RopeKind, RopeSpec};
+use crate::{Activation, RopeKind, RopeRows, RopeSpec};
 
 /// Rows below this many values are processed on the calling thread: splitting them costs more
 /// than it saves.
@@ -32,25 +32,27 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
-/// Rotary embedding over `[n_rows, cols]` values laid out as heads of `head_dim`.
-pub fn rope(x: &mut [f32], cols: usize, positions: &[u32], head_dim: usize, rope: &RopeSpec) {
-    let apply_row = |(row, &pos): (&mut [f32], &u32)| {
-        let (cos, sin) = angles(pos, rope);
+/// Rotary embedding over `[n_rows, cols]` values laid out as heads of `head_dim`; row `i` at
+/// `rows.positions[i]` (and its own base where `rows.theta_scales` gives one).
+pub fn rope(x: &mut [f32], cols: usize, rows: RopeRows, head_dim: usize, rope: &RopeSpec) {
+    let plain = rope.theta_scale();
+    let apply_row = |(i, row): (usize, &mut [f32])| {
+        let (cos, sin) = angles(rows.positions[i], rows.theta_scale(i, plain), rope);
         for head in row.chunks_mut(head_dim) {
             rotate(head, &cos, &sin, rope);
         }
     };
     if x.len() >= PAR_MIN_LEN {
-        x.par_chunks_mut(cols).zip(positions).for_each(apply_row);
+        x.par_chunks_mut(cols).enumerate().for_each(apply_row);
     } else {
-        x.chunks_mut(cols).zip(positions).for_each(apply_row);
+        x.chunks_mut(cols).enumerate().for_each(apply_row);
     }
 }
 
-/// cos and sin of each of the `n_rot / 2` rotation angles at `pos`.
-fn angles(pos: u32, rope: &RopeSpec) -> (Vec<f32>, Vec<f32>) {
+/// cos and sin of each of the `n_rot / 2` rotation angles at `pos`, consecutive frequencies
+/// `theta_scale` apart.
+fn angles(pos: u32, theta_scale: f32, rope: &RopeSpec) -> (Vec<f32>, Vec<f32>) {
     let half = rope.n_rot / 2;
-    let theta_scale = rope.freq_base.powf(-2.0 / rope.n_rot as f32);
     let mut cos = Vec::with_capacity(half);
     let mut sin = Vec::with_capacity(half);
     // NOTE: the angle is advanced by repeated multiplication, as ggml does, rather than by
@@ -174,7 +176,7 @@ mod tests {
         // position 1, base 10000, n_rot 4: angles 1 and 0.01
         let (c0, s0, c1, s1) = (1f32.cos(), 1f32.sin(), 0.01f32.cos(), 0.01f32.sin());
         let mut x = vec![1.0, 2.0, 3.0, 4.0];
-        rope(&mut x, 4, &[1], 4, &spec(RopeKind::Normal));
+        rope(&mut x, 4, RopeRows::at(&[1]), 4, &spec(RopeKind::Normal));
         let e = [
             c0 - 2.0 * s0,
             s0 + 2.0 * c0,
@@ -185,7 +187,7 @@ mod tests {
             assert!((a - b).abs() < 1e-6);
         }
         let mut x = vec![1.0, 2.0, 3.0, 4.0];
-        rope(&mut x, 4, &[1], 4, &spec(RopeKind::Neox));
+        rope(&mut x, 4, RopeRows::at(&[1]), 4, &spec(RopeKind::Neox));
         let e = [
             c0 - 3.0 * s0,
             2.0 * c1 - 4.0 * s1,
@@ -204,7 +206,7 @@ mod tests {
         rope(
             &mut x,
             8,
-            &[0, 0],
+            RopeRows::at(&[0, 0]),
             8,
             &RopeSpec {
                 n_rot: 8,
@@ -212,6 +214,28 @@ mod tests {
             },
         );
         assert_eq!(x, orig);
+    }
+
+    /// A row with its own base rotates as a whole call with that base would.
+    #[test]
+    fn rope_rows_take_their_own_base() {
+        let x: Vec<f32> = (0..16).map(|i| i as f32 * 0.1 - 0.7).collect();
+        let (plain, raised) = (spec(RopeKind::Neox), 40000.0);
+        let other = RopeSpec {
+            freq_base: raised,
+            ..plain.clone()
+        };
+        let scales = [plain.theta_scale(), other.theta_scale()];
+        let rows = RopeRows {
+            positions: &[5, 9],
+            theta_scales: Some(&scales),
+        };
+        let mut mixed = x.clone();
+        rope(&mut mixed, 8, rows, 4, &plain);
+        let (mut a, mut b) = (x[..8].to_vec(), x[8..].to_vec());
+        rope(&mut a, 8, RopeRows::at(&[5]), 4, &plain);
+        rope(&mut b, 8, RopeRows::at(&[9]), 4, &other);
+        assert_eq!(mixed, [a, b].concat());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::{result, CudaSlice};
 use hearth_backend::{
     Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeKind,
-    RopeSpec,
+    RopeRows, RopeSpec,
 };
 use hearth_quant::GgmlType;
 
@@ -301,7 +301,7 @@ impl Backend for CudaBackend {
         q: &mut CudaTensor,
         k: &mut CudaTensor,
         norms: Option<(&CudaWeight, &CudaWeight)>,
-        positions: &[u32],
+        rows: RopeRows,
         head_dim: usize,
         rope: &RopeSpec,
         eps: f32,
@@ -312,7 +312,7 @@ impl Backend for CudaBackend {
             head_dim > 0
                 && head_dim <= 256
                 && norms_ok
-                && positions.len() == q.rows
+                && rows.n_rows() == Some(q.rows)
                 && k.rows == q.rows
                 && q.cols.is_multiple_of(head_dim)
                 && k.cols.is_multiple_of(head_dim)
@@ -325,7 +325,7 @@ impl Backend for CudaBackend {
             },
         )?;
         let mut st = self.state()?;
-        let (pos, factors) = self.stage_rope_inputs(&mut st, positions, rope)?;
+        let inputs = self.stage_rope_inputs(&mut st, rows, rope)?;
         let (qn, kn) = norms.map_or((0, 0), |(a, b)| (a.ptr, b.ptr));
         let (n_q, n_k) = (q.cols / head_dim, k.cols / head_dim);
         self.launch(
@@ -338,15 +338,16 @@ impl Backend for CudaBackend {
                 Arg::P(k.ptr),
                 Arg::P(qn),
                 Arg::P(kn),
-                Arg::P(pos),
+                Arg::P(inputs.positions),
                 Arg::I(n_q as i32),
                 Arg::I(n_k as i32),
                 Arg::I(head_dim as i32),
                 Arg::F(eps),
                 Arg::I(rope.n_rot as i32),
-                Arg::F(rope_theta_scale(rope)),
+                Arg::F(rope.theta_scale()),
+                Arg::P(inputs.theta_scales),
                 Arg::F(rope.freq_scale),
-                Arg::P(factors),
+                Arg::P(inputs.factors),
                 Arg::I((rope.kind == RopeKind::Neox) as i32),
             ],
         )?;
@@ -430,12 +431,12 @@ impl Backend for CudaBackend {
     fn rope(
         &self,
         x: &mut CudaTensor,
-        positions: &[u32],
+        rows: RopeRows,
         head_dim: usize,
         rope: &RopeSpec,
     ) -> Result<(), BackendError> {
         check(
-            positions.len() == x.rows
+            rows.n_rows() == Some(x.rows)
                 && x.cols.is_multiple_of(head_dim)
                 && rope_fits(rope, head_dim),
             || {
@@ -446,8 +447,7 @@ impl Backend for CudaBackend {
             },
         )?;
         let mut st = self.state()?;
-        let (pos, factors) = self.stage_rope_inputs(&mut st, positions, rope)?;
-        let theta_scale = rope_theta_scale(rope);
+        let inputs = self.stage_rope_inputs(&mut st, rows, rope)?;
         self.launch(
             &st,
             "rope_rows",
@@ -455,13 +455,14 @@ impl Backend for CudaBackend {
             128,
             &[
                 Arg::P(x.ptr),
-                Arg::P(pos),
+                Arg::P(inputs.positions),
                 Arg::I(x.cols as i32),
                 Arg::I(head_dim as i32),
                 Arg::I(rope.n_rot as i32),
-                Arg::F(theta_scale),
+                Arg::F(rope.theta_scale()),
+                Arg::P(inputs.theta_scales),
                 Arg::F(rope.freq_scale),
-                Arg::P(factors),
+                Arg::P(inputs.factors),
                 Arg::I((rope.kind == RopeKind::Neox) as i32),
             ],
         )?;
@@ -596,11 +597,6 @@ fn rope_fits(rope: &RopeSpec, head_dim: usize) -> bool {
     rope.n_rot <= head_dim
         && rope.n_rot.is_multiple_of(2)
         && (rope.freq_factors.is_empty() || rope.freq_factors.len() == rope.n_rot / 2)
-}
-
-/// Same expression as the CPU backend, so the angles agree to the bit.
-fn rope_theta_scale(rope: &RopeSpec) -> f32 {
-    rope.freq_base.powf(-2.0 / rope.n_rot as f32)
 }
 
 impl CudaBackend {

@@ -1,7 +1,7 @@
 //! Host data of a forward pass on its way to the device: staged through pinned memory (see
 //! `memory.rs`), each array once per pass.
 
-use hearth_backend::RopeSpec;
+use hearth_backend::{RopeRows, RopeSpec};
 
 use super::memory::Pinned;
 use super::state::{Mode, StageKey, State};
@@ -75,20 +75,39 @@ impl CudaBackend {
         self.stage(st, key, bytemuck::cast_slice(values))
     }
 
-    /// The device addresses of the positions and of the rope frequency divisors (0 when there
-    /// are none), each staged once per pass.
+    /// The device addresses of a rope call's host data, each staged once per pass.
     pub(super) fn stage_rope_inputs(
         &self,
         st: &mut State,
-        positions: &[u32],
+        rows: RopeRows,
         rope: &RopeSpec,
-    ) -> Result<(u64, u64), CudaError> {
-        let pos = self.stage_u32(st, key_of(positions, "positions"), positions)?;
-        if rope.freq_factors.is_empty() {
-            return Ok((pos, 0));
+    ) -> Result<RopeInputs, CudaError> {
+        let positions = self.stage_u32(st, key_of(rows.positions, "positions"), rows.positions)?;
+        let mut out = RopeInputs {
+            positions,
+            factors: 0,
+            theta_scales: 0,
+        };
+        if !rope.freq_factors.is_empty() {
+            let k = key_of(&rope.freq_factors, "rope factors");
+            out.factors = self.stage(st, k, bytemuck::cast_slice(&rope.freq_factors))?;
         }
-        let k = key_of(&rope.freq_factors, "rope factors");
-        let factors = self.stage(st, k, bytemuck::cast_slice(&rope.freq_factors))?;
-        Ok((pos, factors))
+        // NOTE: staged like the positions (not passed by value) so that a replayed decode
+        // step reads this step's bases.
+        if let Some(t) = rows.theta_scales {
+            let k = key_of(t, "rope theta scales");
+            out.theta_scales = self.stage(st, k, bytemuck::cast_slice(t))?;
+        }
+        Ok(out)
     }
+}
+
+/// Device addresses of a rope call's inputs; 0 for an absent one.
+pub(super) struct RopeInputs {
+    /// `[n_tokens]` u32.
+    pub positions: u64,
+    /// `[n_rot / 2]` f32 frequency divisors.
+    pub factors: u64,
+    /// `[n_tokens]` f32: each row's `base^(-2 / n_rot)` (dynamic NTK).
+    pub theta_scales: u64,
 }

@@ -9,7 +9,8 @@ use serde::Deserialize;
 use super::{argmax, open_engine_with, read_json, repo_root, test_device};
 
 /// transformers' outputs: `reference.json` has all fields, `reference_long.json` (prompts
-/// longer than a rope scaling's original context) only `prompts`.
+/// longer than a rope scaling's original context) only `prompts`, which for dynamic NTK also
+/// hold `step_logits`.
 #[derive(Deserialize)]
 pub struct Reference {
     pub prompts: Vec<PromptRef>,
@@ -25,6 +26,10 @@ pub struct PromptRef {
     pub hidden_norms: Vec<f32>,
     pub last_logits: Vec<f32>,
     pub greedy: Vec<u32>,
+    /// The logits after each greedy token, decoded with the KV cache one token per forward
+    /// pass (scripts/make_long_context_refs.py); empty where the reference has none.
+    #[serde(default)]
+    pub step_logits: Vec<Vec<f32>>,
 }
 
 #[derive(Deserialize)]
@@ -53,8 +58,9 @@ pub fn reference(dir: &Path) -> Reference {
     read_json(&dir.join("reference.json"))
 }
 
-/// Largest |hearth − transformers| over the last-position logits of every prompt, and
-/// hearth's greedy tokens per prompt.
+/// Largest |hearth − transformers| over the last-position logits of every prompt (and of
+/// every decode step where the reference has `step_logits`), and hearth's greedy tokens per
+/// prompt.
 pub fn run_prompts(engine: &mut Engine, r: &Reference) -> (f32, Vec<Vec<u32>>) {
     let mut max_diff = 0f32;
     let mut greedy = Vec::new();
@@ -62,25 +68,42 @@ pub fn run_prompts(engine: &mut Engine, r: &Reference) -> (f32, Vec<Vec<u32>>) {
         let mut seq = Sequence::new();
         let mut logits = engine.feed(&mut seq, &p.ids).expect("prompt runs");
         assert_eq!(logits.len(), p.last_logits.len(), "vocabulary size");
-        let mut diff = 0f32;
-        for (a, b) in logits.iter().zip(&p.last_logits) {
-            diff = diff.max((a - b).abs());
-        }
+        let diff = max_abs_diff(&logits, &p.last_logits);
         eprintln!(
             "prompt of {} tokens: max |logit diff| = {diff:e}",
             p.ids.len()
         );
         max_diff = max_diff.max(diff);
         let mut tokens = Vec::new();
-        for _ in 0..p.greedy.len() {
+        let mut step_diff = 0f32;
+        for i in 0..p.greedy.len() {
             let t = argmax(&logits);
             tokens.push(t);
             logits = engine.step(&mut seq, &[t]).expect("step runs");
+            if let Some(want) = p.step_logits.get(i) {
+                step_diff = step_diff.max(max_abs_diff(&logits, want));
+            }
+        }
+        if !p.step_logits.is_empty() {
+            eprintln!(
+                "  {} decode steps to position {}: max |logit diff| = {step_diff:e}",
+                p.step_logits.len(),
+                p.ids.len() + p.step_logits.len() - 1
+            );
+            max_diff = max_diff.max(step_diff);
         }
         engine.release(&mut seq);
         greedy.push(tokens);
     }
     (max_diff, greedy)
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "vocabulary size");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
 }
 
 /// Check the f32 fixture folder `name` against its transformers reference.

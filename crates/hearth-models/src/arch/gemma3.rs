@@ -70,5 +70,9 @@ pub fn hf_config(cfg: &HfConfig) -> Result<DecoderConfig, ModelError> {
         c.rope_sliding.freq_scale = 1.0;
         c.rope_sliding.freq_factors.clear();
     }
+    // The sliding layers' rope is a plain one of their own in transformers too.
+    if let Some(ntk) = &mut c.dynamic_ntk {
+        ntk.sliding_layers = false;
+    }
     Ok(c)
 }

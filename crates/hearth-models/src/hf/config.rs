@@ -163,7 +163,7 @@ pub fn decoder_config(
     cfg.require_one_of("mlp_bias", &[false.into()])?;
     let n_vocab = cfg.require_usize("vocab_size")?;
     let mut rope = super::rope::read(cfg, head_dim, Some("full_attention"))?;
-    let position_limit = rope.position_limit.take();
+    let dynamic_ntk = rope.dynamic_ntk.take();
     let long_rope = rope.long_rope.take();
     let hp = CommonHparams {
         n_embd,
@@ -191,7 +191,7 @@ pub fn decoder_config(
         ));
     }
     c.rope_sliding = c.rope.clone();
-    c.position_limit = position_limit;
+    c.dynamic_ntk = dynamic_ntk;
     c.long_rope = long_rope;
     Ok(c)
 }
@@ -206,7 +206,7 @@ pub fn layer_type_rope(
     layer_type: &str,
 ) -> Result<RopeSpec, ModelError> {
     let rope = super::rope::read(cfg, head_dim, Some(layer_type))?;
-    if rope.attn_factor != 1.0 || rope.position_limit.is_some() || rope.long_rope.is_some() {
+    if rope.attn_factor != 1.0 || rope.dynamic_ntk.is_some() || rope.long_rope.is_some() {
         return Err(cfg.error(
             &format!("rope_parameters.{layer_type}"),
             "this scaling for one layer type is not supported yet",

@@ -20,8 +20,8 @@ pub struct RopeSettings {
     /// transformers multiplies cos and sin by this (YaRN's and LongRoPE's
     /// `attention_factor`), which scales every q·k by its square when all of a head rotates.
     pub attn_factor: f64,
-    /// Where the scaling stops being what hearth runs (see `DecoderConfig::position_limit`).
-    pub position_limit: Option<crate::PositionLimit>,
+    /// Dynamic NTK scaling (see `DecoderConfig::dynamic_ntk`).
+    pub dynamic_ntk: Option<crate::DynamicNtk>,
     /// The scaling's `rope_type` (`default`, `linear`, `llama3`, `yarn`, `longrope`, `dynamic`).
     pub kind: String,
     /// Its `factor` (YaRN; the others keep theirs in the fields above).
@@ -146,7 +146,7 @@ pub fn read(
         freq_scale: 1.0,
         freq_factors: Vec::new(),
         attn_factor: 1.0,
-        position_limit: None,
+        dynamic_ntk: None,
         kind: String::new(),
         factor: None,
         original_context: None,
@@ -201,16 +201,19 @@ fn scale(s: &Scaling, out: &mut RopeSettings) -> Result<(), ModelError> {
             };
         }
         "longrope" | "su" => longrope(s, out)?,
-        // NOTE: transformers' dynamic NTK keeps the plain frequencies until a sequence
-        // outgrows max_position_embeddings, then raises the base with its length.
+        // NOTE: plain frequencies until a sequence outgrows max_position_embeddings; the
+        // decoder raises the base per sequence from there (see `DynamicNtk`).
         "dynamic" => {
-            s.factor("factor")?;
-            let n = s.cfg.require_usize("max_position_embeddings")?;
-            out.position_limit = Some(crate::PositionLimit {
-                position: n,
-                reason: format!(
-                    "dynamic NTK rope scaling beyond max_position_embeddings ({n}) is not supported yet"
-                ),
+            if dim <= 2 {
+                return Err(s.error(
+                    "rope_type",
+                    format!("dynamic needs more than 2 rotated values per head, not {dim}"),
+                ));
+            }
+            out.dynamic_ntk = Some(crate::DynamicNtk {
+                factor: s.factor("factor")?,
+                original_context: s.cfg.require_usize("max_position_embeddings")?,
+                sliding_layers: true,
             });
         }
         other => {

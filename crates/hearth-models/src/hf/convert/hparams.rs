@@ -143,8 +143,8 @@ fn rope_keys(
             extra.push(factors("rope_factors_long.weight", long));
             extra.push(factors("rope_factors_short.weight", rope.freq_factors));
         }
-        // Default rope, and dynamic NTK, which llama.cpp's keys cannot carry: the read-back
-        // check refuses it by its position limit.
+        // Default rope, and dynamic NTK, which llama.cpp's keys cannot carry (nor llama.cpp
+        // run): the read-back check refuses it, as the file would lose `dynamic_ntk`.
         _ => {}
     }
     Ok(extra)

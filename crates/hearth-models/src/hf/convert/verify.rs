@@ -18,12 +18,6 @@ pub fn same_model(
         want.rope.kind = got.rope.kind;
         want.rope_sliding.kind = got.rope_sliding.kind;
     }
-    // Where a limit lies matters, not how its message words it.
-    for c in [&mut want, &mut got] {
-        if let Some(limit) = &mut c.position_limit {
-            limit.reason.clear();
-        }
-    }
     // f32 keys and tensors against values computed in f64.
     if close(want.attn_scale, got.attn_scale) {
         got.attn_scale = want.attn_scale;
