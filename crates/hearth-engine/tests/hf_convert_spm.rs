@@ -103,7 +103,11 @@ fn gemma_style_tokenizer_converts_to_hf_s_ids() {
 fn metaspace_tokenizer_converts_as_sentencepiece_tokenizes() {
     let dir = folder_with("mistral", "ids");
     let gguf = convert(&dir, "mistral");
+    // The folder itself goes through HF's own Metaspace rules: HF's ids exactly.
+    let folder = open_engine_with(&dir, 64, KvType::F16);
     let _ = std::fs::remove_dir_all(&dir);
+    assert_matches_hf(&folder.tokenizer, "mistral", "HF folder");
+    drop(folder);
     let engine = open_engine_with(&gguf, 64, KvType::F16);
     let _ = std::fs::remove_file(&gguf);
     assert_matches_hf(

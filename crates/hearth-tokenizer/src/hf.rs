@@ -23,20 +23,36 @@ use crate::{ChatTemplate, TokenType, Tokenizer, TokenizerError, VocabModel, Voca
 /// HF's normalizer, pre-tokenizer and model, run on text that holds no special tokens.
 pub(crate) struct HfEncoder {
     inner: tokenizers::Tokenizer,
+    /// For text that does not start the input, when the pre-tokenizer treats the start apart:
+    /// a `Metaspace` with `prepend_scheme: "first"` (Mistral v0.3) puts `▁` before the text
+    /// at offset 0 only, not after an added token. HF sees where each piece of the input lies;
+    /// this encoder sees one piece at a time, so it runs this copy (the scheme set to
+    /// "never") on the pieces after the first.
+    after_start: Option<tokenizers::Tokenizer>,
 }
 
 impl HfEncoder {
-    /// Tokenizes plain text and appends the ids to `out`.
-    pub(crate) fn encode(&self, text: &str, out: &mut Vec<u32>) -> Result<(), TokenizerError> {
+    /// Tokenizes plain text that begins at byte `offset` of the input and appends the ids to
+    /// `out`.
+    pub(crate) fn encode(
+        &self,
+        text: &str,
+        offset: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<(), TokenizerError> {
         let err = |e: tokenizers::Error| TokenizerError::Bpe(e.to_string());
+        let hf = match &self.after_start {
+            Some(later) if offset > 0 => later,
+            _ => &self.inner,
+        };
         let mut pre = PreTokenizedString::from(text);
-        if let Some(n) = self.inner.get_normalizer() {
+        if let Some(n) = hf.get_normalizer() {
             pre.normalize(|s| n.normalize(s)).map_err(err)?;
         }
-        if let Some(p) = self.inner.get_pre_tokenizer() {
+        if let Some(p) = hf.get_pre_tokenizer() {
             p.pre_tokenize(&mut pre).map_err(err)?;
         }
-        let model = self.inner.get_model();
+        let model = hf.get_model();
         pre.tokenize(|s| model.tokenize(s.get())).map_err(err)?;
         for (_, _, tokens) in pre.get_splits(OffsetReferential::Original, OffsetType::Byte) {
             out.extend(tokens.iter().flatten().map(|t| t.id));
@@ -131,8 +147,44 @@ impl Tokenizer {
             model_name: String::new(),
         };
         let tokenizer = Tokenizer::from_spec(spec)?;
-        Ok(tokenizer.with_hf_encoder(HfEncoder { inner }, eos_ids))
+        let after_start = prepend_first_only(&path)?;
+        Ok(tokenizer.with_hf_encoder(HfEncoder { inner, after_start }, eos_ids))
     }
+}
+
+/// When the pre-tokenizer has a `Metaspace` step with `prepend_scheme: "first"`: the same
+/// tokenizer with that scheme set to "never", for text after the start of the input.
+fn prepend_first_only(path: &Path) -> Result<Option<tokenizers::Tokenizer>, TokenizerError> {
+    fn set_never(v: &mut Value) -> bool {
+        match v {
+            Value::Object(map) => {
+                let mut found = false;
+                if map.get("prepend_scheme").and_then(Value::as_str) == Some("first") {
+                    map.insert("prepend_scheme".into(), Value::from("never"));
+                    found = true;
+                }
+                for child in map.values_mut() {
+                    found |= set_never(child);
+                }
+                found
+            }
+            Value::Array(items) => items.iter_mut().fold(false, |f, c| set_never(c) | f),
+            _ => false,
+        }
+    }
+    let Some(mut json) = read_json(path)? else {
+        return Ok(None);
+    };
+    let Some(pre) = json.get_mut("pre_tokenizer") else {
+        return Ok(None);
+    };
+    if !set_never(pre) {
+        return Ok(None);
+    }
+    let text = serde_json::to_string(&json).map_err(|e| file_error(path, e))?;
+    text.parse::<tokenizers::Tokenizer>()
+        .map(Some)
+        .map_err(|e| file_error(path, e))
 }
 
 /// Whether the tokenizer maps bytes through the GPT-2 alphabet (a `ByteLevel` pre-tokenizer or

@@ -178,7 +178,9 @@ impl Tokenizer {
             Algorithm::Hf(hf) => {
                 for fragment in fragments {
                     match fragment {
-                        Fragment::Text(range) => hf.encode(&text[range], &mut out)?,
+                        Fragment::Text(range) => {
+                            hf.encode(&text[range.clone()], range.start, &mut out)?
+                        }
                         Fragment::Token(id) => out.push(id),
                     }
                 }
