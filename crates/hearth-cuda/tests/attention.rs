@@ -3,23 +3,15 @@
 //! grouped heads, sliding windows, soft-capping, scattered cache blocks and sequences that
 //! continue after cached positions. Without a usable GPU each test prints "skipped: <reason>".
 
-use std::io::Write;
+mod common;
 
+use common::gpu;
 use hearth_backend::cpu::CpuBackend;
 use hearth_backend::{AttnBatch, AttnParams, AttnSeq, Backend, KvSpec, KvType};
-use hearth_cuda::{probe, CudaBackend};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 const BLOCK: usize = 16;
-
-fn gpu() -> Option<CudaBackend> {
-    if let Err(e) = probe() {
-        let _ = writeln!(std::io::stderr(), "skipped: {e}");
-        return None;
-    }
-    Some(CudaBackend::open(0).expect("the GPU probed fine but could not be opened"))
-}
 
 /// Σ (a − b)² / Σ b², and max |a − b|.
 fn errors(a: &[f32], b: &[f32]) -> (f64, f32) {

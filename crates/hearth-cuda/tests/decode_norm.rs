@@ -3,23 +3,16 @@
 //! quantizer launched one after the other, and the CPU backend's result within the GEMV bound.
 //! Without a usable GPU the test prints "skipped: <reason>".
 
-use std::io::Write;
+mod common;
+
 use std::sync::Arc;
 
+use common::gpu;
 use hearth_backend::cpu::CpuBackend;
 use hearth_backend::{Backend, HostWeight};
 use hearth_cuda::reference::random_weights;
-use hearth_cuda::{probe, CudaBackend};
 use hearth_quant::GgmlType;
 use rand::{Rng, SeedableRng};
-
-fn gpu() -> Option<CudaBackend> {
-    if let Err(e) = probe() {
-        let _ = writeln!(std::io::stderr(), "skipped: {e}");
-        return None;
-    }
-    Some(CudaBackend::open(0).expect("the GPU probed fine but could not be opened"))
-}
 
 fn weight(name: &str, ty: GgmlType, rows: usize, cols: usize, data: Vec<u8>) -> HostWeight {
     HostWeight {

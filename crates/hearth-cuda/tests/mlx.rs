@@ -3,23 +3,16 @@
 //! 4 and 8 bits, each group size and scale type. Without a usable GPU each test prints
 //! "skipped: <reason>" and returns.
 
-use std::io::Write;
+mod common;
+
 use std::sync::Arc;
 
+use common::gpu;
 use half::{bf16, f16};
 use hearth_backend::cpu::CpuBackend;
 use hearth_backend::{Backend, HostWeight, MlxGroups};
-use hearth_cuda::{probe, CudaBackend};
 use hearth_quant::{GgmlType, MlxSpec};
 use rand::{Rng, SeedableRng};
-
-fn gpu() -> Option<CudaBackend> {
-    if let Err(e) = probe() {
-        let _ = writeln!(std::io::stderr(), "skipped: {e}");
-        return None;
-    }
-    Some(CudaBackend::open(0).expect("the GPU probed fine but could not be opened"))
-}
 
 /// Scale-table bytes of `values` in type `ty`.
 fn param_bytes(values: &[f32], ty: GgmlType) -> Vec<u8> {

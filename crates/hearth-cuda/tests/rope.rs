@@ -3,24 +3,17 @@
 //! `qk_norm_rope`, eagerly and replayed from a recorded decode step whose bases changed.
 //! Without a usable GPU each test prints "skipped: <reason>".
 
-use std::io::Write;
+mod common;
+
 use std::sync::Arc;
 
+use common::gpu;
 use hearth_backend::cpu::CpuBackend;
 use hearth_backend::{Backend, HostWeight, RopeKind, RopeRows, RopeSpec};
-use hearth_cuda::{probe, CudaBackend};
 use hearth_quant::GgmlType;
 use rand::{Rng, SeedableRng};
 
 const HEAD_DIM: usize = 64;
-
-fn gpu() -> Option<CudaBackend> {
-    if let Err(e) = probe() {
-        let _ = writeln!(std::io::stderr(), "skipped: {e}");
-        return None;
-    }
-    Some(CudaBackend::open(0).expect("the GPU probed fine but could not be opened"))
-}
 
 fn spec() -> RopeSpec {
     RopeSpec {
