@@ -96,6 +96,7 @@ impl Tokenizer {
             return Err(file_error(&path, "is missing"));
         }
         let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| file_error(&path, e))?;
+        let json = read_json(&path)?.unwrap_or(Value::Null);
         let config_path = dir.join("tokenizer_config.json");
         let config = read_json(&config_path)?;
         let vocab = inner.get_vocab(true);
@@ -114,7 +115,7 @@ impl Tokenizer {
                 };
             }
         }
-        let byte_level = is_byte_level(&path)?;
+        let byte_level = is_byte_level(&json);
         if !byte_level {
             mark_byte_tokens(&tokens, &mut types);
         }
@@ -147,14 +148,17 @@ impl Tokenizer {
             model_name: String::new(),
         };
         let tokenizer = Tokenizer::from_spec(spec)?;
-        let after_start = prepend_first_only(&path)?;
+        let after_start = prepend_first_only(&path, &json)?;
         Ok(tokenizer.with_hf_encoder(HfEncoder { inner, after_start }, eos_ids))
     }
 }
 
 /// When the pre-tokenizer has a `Metaspace` step with `prepend_scheme: "first"`: the same
 /// tokenizer with that scheme set to "never", for text after the start of the input.
-fn prepend_first_only(path: &Path) -> Result<Option<tokenizers::Tokenizer>, TokenizerError> {
+fn prepend_first_only(
+    path: &Path,
+    json: &Value,
+) -> Result<Option<tokenizers::Tokenizer>, TokenizerError> {
     fn set_never(v: &mut Value) -> bool {
         match v {
             Value::Object(map) => {
@@ -172,9 +176,7 @@ fn prepend_first_only(path: &Path) -> Result<Option<tokenizers::Tokenizer>, Toke
             _ => false,
         }
     }
-    let Some(mut json) = read_json(path)? else {
-        return Ok(None);
-    };
+    let mut json = json.clone();
     let Some(pre) = json.get_mut("pre_tokenizer") else {
         return Ok(None);
     };
@@ -189,8 +191,7 @@ fn prepend_first_only(path: &Path) -> Result<Option<tokenizers::Tokenizer>, Toke
 
 /// Whether the tokenizer maps bytes through the GPT-2 alphabet (a `ByteLevel` pre-tokenizer or
 /// decoder) rather than SentencePiece's `▁` and `<0xXX>` pieces.
-fn is_byte_level(path: &Path) -> Result<bool, TokenizerError> {
-    let json = read_json(path)?.unwrap_or(Value::Null);
+fn is_byte_level(json: &Value) -> bool {
     fn mentions(v: &Value) -> bool {
         match v {
             Value::Object(m) => {
@@ -201,7 +202,7 @@ fn is_byte_level(path: &Path) -> Result<bool, TokenizerError> {
             _ => false,
         }
     }
-    Ok(mentions(&json["pre_tokenizer"]) || mentions(&json["decoder"]))
+    mentions(&json["pre_tokenizer"]) || mentions(&json["decoder"])
 }
 
 /// SentencePiece-style vocabularies spell raw bytes `<0xXX>`.

@@ -153,6 +153,16 @@ impl CudaBackend {
         )
     }
 
+    /// Transient room for `n` values quantized to 8 bits: the values and a (d, d·Σq) pair of
+    /// f32 per 32-value group.
+    pub(super) fn alloc_q8(&self, st: &mut State, n: usize) -> Result<(u64, u64), CudaError> {
+        let may_grow = st.mode == Mode::Eager;
+        let stream = self.dev.stream().clone();
+        let q = st.arena.alloc(&stream, n, may_grow)?;
+        let ds = st.arena.alloc(&stream, n / 32 * 8, may_grow)?;
+        Ok((q, ds))
+    }
+
     /// `x` quantized to int8 per 32-value group in transient memory, for the int8-activation
     /// GEMV kernels: the device addresses of the values and of the (d, d·Σq) pairs.
     fn quantize_activations(
@@ -163,11 +173,8 @@ impl CudaBackend {
         if let Some(kept) = st.quantized.get().filter(|k| k.of == x.ptr) {
             return Ok((kept.q, kept.ds));
         }
-        let may_grow = st.mode == Mode::Eager;
-        let stream = self.dev.stream().clone();
         let n = x.len();
-        let xq = st.arena.alloc(&stream, n, may_grow)?;
-        let xds = st.arena.alloc(&stream, n / 32 * 8, may_grow)?;
+        let (xq, xds) = self.alloc_q8(st, n)?;
         let groups = (n / 32) as u32;
         let threads = crate::ops::QUANTIZE_THREADS;
         self.launch(

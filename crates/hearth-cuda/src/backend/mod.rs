@@ -611,11 +611,7 @@ impl CudaBackend {
         out: &CudaTensor,
     ) -> Result<(), BackendError> {
         check_norm_weight(weight, x.cols, x.cols)?;
-        let may_grow = st.mode == Mode::Eager;
-        let stream = self.dev.stream().clone();
-        let n = x.len();
-        let q = st.arena.alloc(&stream, n, may_grow)?;
-        let ds = st.arena.alloc(&stream, n / 32 * 8, may_grow)?;
+        let (q, ds) = self.alloc_q8(st, x.len())?;
         // NOTE: a warp per 32-value group (up to 32 warps): one block does the whole row, and
         // with 8 warps a 4096-wide row took 16 dependent rounds of loads and shuffles per warp
         // (20 µs, a quarter of an 8B model's decode step on an H100).
