@@ -52,7 +52,7 @@ for preset in $MODELS; do
       tag=$preset-$q-$run
       echo "== $tag: hearth bench ${args[*]} (no profiler)"
       "$bin/hearth" bench "$m" --device cuda "${args[@]}" 2>&1 | tail -3
-      "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
+      "$ncu" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
         "$bin/hearth" bench "$m" --device cuda "${args[@]}" >"$out/ncu-$tag.csv" 2>"$out/ncu-$tag.err" ||
         { status=1; tail -3 "$out/ncu-$tag.err"; }
       python3 scripts/device/summarize_ncu.py "$out/ncu-$tag.csv" | tee "$out/kernels-$tag.txt"

@@ -25,21 +25,37 @@ __device__ __forceinline__ u32 sub32_bytes(u32 v) {
     return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
 }
 
-// One 32-value group held one value per lane of a warp: the lane's 8-bit value to `q`, and
-// (d, d * sum q) to `ds` from lane 0. All lanes must call it.
-__device__ __forceinline__ void quantize_group_q8_1(float v, i8* q, float2* ds) {
-    float amax = fabsf(v);
+// One 32-value group held N consecutive values per lane by 32 / N aligned lanes of a warp
+// (N = 1: the whole warp): the lanes' 8-bit values to `q` (N each), and (d, d * sum q) to `ds`
+// from the group's first lane. `store`: whether this lane's group is written at all. All
+// lanes must call it.
+template <int N>
+__device__ __forceinline__ void quantize_lane_values_q8_1(const float* v, i8* q, float2* ds,
+                                                          bool store) {
+    constexpr int LANES = WARP_SIZE / N;
+    float amax = 0.f;
 #pragma unroll
-    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, o));
+    for (int i = 0; i < N; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = LANES / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, o));
     const float d = amax / 127.f;
     const float id = amax != 0.f ? 127.f / amax : 0.f;
-    const int qi = (int)rintf(v * id);
-    *q = (i8)qi;
-    int sum = qi;
+    int sum = 0;
 #pragma unroll
-    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
+    for (int i = 0; i < N; ++i) {
+        const int qi = (int)rintf(v[i] * id);
+        if (store) q[i] = (i8)qi;
+        sum += qi;
+    }
+#pragma unroll
+    for (int o = LANES / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
     const float dh = round_f16(d);
-    if (threadIdx.x % WARP_SIZE == 0) *ds = make_float2(dh, dh * (float)sum);
+    if (store && threadIdx.x % LANES == 0) *ds = make_float2(dh, dh * (float)sum);
+}
+
+// One 32-value group held one value per lane of a warp.
+__device__ __forceinline__ void quantize_group_q8_1(float v, i8* q, float2* ds) {
+    quantize_lane_values_q8_1<1>(&v, q, ds, true);
 }
 
 extern "C" __global__ void quantize_q8_1(const float* __restrict__ x, i8* __restrict__ xq,
@@ -149,16 +165,51 @@ struct Q8aQ6_K {
 
 // As gemv_rows (gemv.cu), with the activations in int8: plain modes compute rows row0, row0+1
 // of w; GLU modes row r of w (gate) and of w2 (up).
+// Where a GLU GEMV also writes its output quantized for the next int8 GEMV (the down
+// projection), saving that GEMV a quantize_q8_1 launch; all null when it does not. yq and yds
+// are laid out as quantize_q8_1 writes them; counts holds one zeroed counter per 32-row group
+// and token (see quantize_when_complete).
+struct GluQ8 {
+    i8* yq;
+    float2* yds;
+    u32* counts;
+};
+
+// Called by every lane after lane 0 stored y[row]: the warp that stores the last row of a
+// 32-row group quantizes the whole group, bit for bit as quantize_q8_1 does, and sets its
+// counter back to 0 for the next launch (or graph replay). Rows of a group are spread over
+// several blocks, so the count is kept in global memory, behind fences on both sides: every
+// store a count reports is visible to the warp that reads the group.
+__device__ __forceinline__ void quantize_when_complete(const float* y, GluQ8 out, int row,
+                                                       int lane) {
+    const int group = row / 32;
+    __threadfence();
+    u32 arrived = 0;
+    if (lane == 0) arrived = atomicAdd(out.counts + group, 1u);
+    arrived = __shfl_sync(FULL_MASK, arrived, 0);
+    if (arrived != 31) return;
+    __threadfence();
+    // From L2: other blocks' rows may be stale in this SM's L1.
+    const float v = __ldcg(y + group * 32 + lane);
+    quantize_group_q8_1(v, out.yq + group * 32 + lane, out.yds + group);
+    if (lane == 0) out.counts[group] = 0;
+}
+
 template <class B>
 __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8* __restrict__ w2,
                                               const i8* __restrict__ xq,
                                               const float2* __restrict__ xds,
                                               float* __restrict__ y, int n_rows, int n_cols,
-                                              int mode, int block) {
+                                              int mode, int block, GluQ8 q8) {
     __shared__ uint4 window[WARPS_PER_BLOCK][ROWS_PER_WARP][WINDOW_VECS];
     xq += (size_t)blockIdx.y * n_cols;
     xds += (size_t)blockIdx.y * (n_cols / 32);
     y += (size_t)blockIdx.y * n_rows;
+    if (q8.yq != nullptr) {
+        q8.yq += (size_t)blockIdx.y * n_rows;
+        q8.yds += (size_t)blockIdx.y * (n_rows / 32);
+        q8.counts += (size_t)blockIdx.y * (n_rows / 32);
+    }
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const bool glu = mode >= GEMV_GLU_SILU;
     const int row0 = (block * WARPS_PER_BLOCK + warp) * (glu ? 1 : ROWS_PER_WARP);
@@ -198,30 +249,31 @@ __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8
         __syncwarp();
     }
     gemv_finish(acc, y, row0, n_rows, mode, lane);
+    if (glu && q8.yq != nullptr) quantize_when_complete(y, q8, row0, lane);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q8a_q8_0(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
-              int n_cols, int mode) {
-    gemv_rows_q8a<Q8aQ8_0>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x);
+              int n_cols, int mode, i8* yq, float2* yds, u32* counts) {
+    gemv_rows_q8a<Q8aQ8_0>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x, {yq, yds, counts});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q8a_q4_0(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
-              int n_cols, int mode) {
-    gemv_rows_q8a<Q8aQ4_0>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x);
+              int n_cols, int mode, i8* yq, float2* yds, u32* counts) {
+    gemv_rows_q8a<Q8aQ4_0>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x, {yq, yds, counts});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q8a_q4_k(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
-              int n_cols, int mode) {
-    gemv_rows_q8a<Q8aQ4_K>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x);
+              int n_cols, int mode, i8* yq, float2* yds, u32* counts) {
+    gemv_rows_q8a<Q8aQ4_K>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x, {yq, yds, counts});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q8a_q6_k(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
-              int n_cols, int mode) {
-    gemv_rows_q8a<Q8aQ6_K>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x);
+              int n_cols, int mode, i8* yq, float2* yds, u32* counts) {
+    gemv_rows_q8a<Q8aQ6_K>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x, {yq, yds, counts});
 }
 
 // Three matrices of one type reading the same activations (q, k, v), as gemv3_* in gemv.cu.
@@ -229,28 +281,32 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q8_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
     GEMV3_SEGMENT
-    gemv_rows_q8a<Q8aQ8_0>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block);
+    gemv_rows_q8a<Q8aQ8_0>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
+                          {nullptr, nullptr, nullptr});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q4_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
     GEMV3_SEGMENT
-    gemv_rows_q8a<Q8aQ4_0>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block);
+    gemv_rows_q8a<Q8aQ4_0>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
+                          {nullptr, nullptr, nullptr});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q4_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
     GEMV3_SEGMENT
-    gemv_rows_q8a<Q8aQ4_K>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block);
+    gemv_rows_q8a<Q8aQ4_K>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
+                          {nullptr, nullptr, nullptr});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q6_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
     GEMV3_SEGMENT
-    gemv_rows_q8a<Q8aQ6_K>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block);
+    gemv_rows_q8a<Q8aQ6_K>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
+                          {nullptr, nullptr, nullptr});
 }
 
 

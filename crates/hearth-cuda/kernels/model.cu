@@ -160,11 +160,12 @@ extern "C" __global__ void kv_write(const float* __restrict__ k, const float* __
 // end. A lane holds DPL consecutive dimensions (DPL * 32 >= head_dim; lanes past the head hold
 // zeros and write nothing).
 template <int DPL>
-__device__ void attend(const float* __restrict__ q, const u16* __restrict__ kc,
-                       const u16* __restrict__ vc, float* __restrict__ out, const u32* tok_seq,
+__device__ void attend(const float* __restrict__ q, u16* __restrict__ kc,
+                       u16* __restrict__ vc, float* __restrict__ out, const u32* tok_seq,
                        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads,
                        int n_kv_heads, int head_dim, int block_size, float scale, int window,
-                       float softcap) {
+                       float softcap, i8* oq, float2* ods, const float* __restrict__ knew,
+                       const float* __restrict__ vnew) {
     const int t = blockIdx.y, h = blockIdx.x;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int kv_dim = n_kv_heads * head_dim;
@@ -182,14 +183,38 @@ __device__ void attend(const float* __restrict__ q, const u16* __restrict__ kc,
         qv[d] = d < n_mine ? round_f16(qr[d]) : 0.f;
         acc[d] = 0.f;
     }
+    // With knew / vnew (a decode step where every sequence brings one token, so no block reads
+    // a slot this launch writes), the token's own key and value come from those rows, rounded
+    // to f16 as the cache holds them, and the first query head of each KV head writes them to
+    // the cache: no kv_write launch.
+    const size_t own = (size_t)t * kv_dim + kv_head * head_dim + d0;
+    if (knew != nullptr && h % (n_heads / n_kv_heads) == 0 && warp == 0) {
+        const size_t slot = kv_slot(tables, table, pos, block_size) * kv_dim + kv_head * head_dim + d0;
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) {
+            if (d < n_mine) {
+                kc[slot + d] = f32_to_half(knew[own + d]);
+                vc[slot + d] = f32_to_half(vnew[own + d]);
+            }
+        }
+    }
     float m = NEG_INF, l = 0.f;
     for (u32 j = first + warp; j <= pos; j += ATTN_WARPS) {
+        const bool from_rows = knew != nullptr && j == pos;
         const size_t base = kv_slot(tables, table, j, block_size) * kv_dim + kv_head * head_dim +
                             d0;
+        float kv[DPL], vv[DPL];
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) {
+            if (d < n_mine) {
+                kv[d] = from_rows ? round_f16(knew[own + d]) : half_to_f32(kc[base + d]);
+                vv[d] = from_rows ? round_f16(vnew[own + d]) : half_to_f32(vc[base + d]);
+            }
+        }
         float s = 0.f;
 #pragma unroll
         for (int d = 0; d < DPL; ++d) {
-            if (d < n_mine) s = fmaf(qv[d], half_to_f32(kc[base + d]), s);
+            if (d < n_mine) s = fmaf(qv[d], kv[d], s);
         }
         s = warp_sum(s) * scale;
         if (softcap > 0.f) s = softcap * tanhf(s / softcap);
@@ -198,7 +223,7 @@ __device__ void attend(const float* __restrict__ q, const u16* __restrict__ kc,
         l = l * corr + p;
 #pragma unroll
         for (int d = 0; d < DPL; ++d) {
-            if (d < n_mine) acc[d] = acc[d] * corr + p * half_to_f32(vc[base + d]);
+            if (d < n_mine) acc[d] = acc[d] * corr + p * vv[d];
         }
         m = m_new;
     }
@@ -226,44 +251,52 @@ __device__ void attend(const float* __restrict__ q, const u16* __restrict__ kc,
 #pragma unroll
         for (int d = 0; d < DPL; ++d) o[d] += sacc[w][lane * DPL + d] * c;
     }
-    float* dst = out + (size_t)t * n_heads * head_dim + h * head_dim + d0;
+    const size_t at = (size_t)t * n_heads * head_dim + h * head_dim + d0;
 #pragma unroll
     for (int d = 0; d < DPL; ++d) {
-        if (d < n_mine) dst[d] = o[d] / total;
+        o[d] /= total;
+        if (d < n_mine) out[at + d] = o[d];
     }
+    // The output quantized for the o projection's int8 GEMV, when asked for (head_dim is then
+    // a multiple of 32, so every 32-value group lies within this head).
+    if (oq != nullptr) quantize_lane_values_q8_1<DPL>(o, oq + at, ods + at / 32, n_mine > 0);
 }
 
 // One kernel per supported head size (the lanes' share of a head is a template constant).
 extern "C" __global__ void __launch_bounds__(ATTN_WARPS * WARP_SIZE)
-attention_hd32(const float* q, const u16* kc, const u16* vc, float* out, const u32* tok_seq,
+attention_hd32(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
         const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap) {
+        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
+        float2* ods, const float* knew, const float* vnew) {
     attend<1>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap);
+                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
 }
 
 extern "C" __global__ void __launch_bounds__(ATTN_WARPS * WARP_SIZE)
-attention_hd64(const float* q, const u16* kc, const u16* vc, float* out, const u32* tok_seq,
+attention_hd64(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
         const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap) {
+        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
+        float2* ods, const float* knew, const float* vnew) {
     attend<2>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap);
+                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
 }
 
 extern "C" __global__ void __launch_bounds__(ATTN_WARPS * WARP_SIZE)
-attention_hd128(const float* q, const u16* kc, const u16* vc, float* out, const u32* tok_seq,
+attention_hd128(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
         const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap) {
+        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
+        float2* ods, const float* knew, const float* vnew) {
     attend<4>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap);
+                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
 }
 
 extern "C" __global__ void __launch_bounds__(ATTN_WARPS * WARP_SIZE)
-attention_hd256(const float* q, const u16* kc, const u16* vc, float* out, const u32* tok_seq,
+attention_hd256(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
         const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap) {
+        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
+        float2* ods, const float* knew, const float* vnew) {
     attend<8>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap);
+                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
 }
 
 // Per-head RMSNorm (QK-norm, when `qn` / `kn` are given) and rotary embedding of q and k in

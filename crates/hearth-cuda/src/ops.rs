@@ -285,16 +285,20 @@ impl CudaDevice {
             shared_mem_bytes: 0,
         };
         let mut launch = self.stream().launch_builder(self.function(name)?);
-        let (no_w2, mode) = (0u64, 0i32);
+        // No second matrix, plain store, no 8-bit copy of the output.
+        let (null, mode) = (0u64, 0i32);
         launch
             .arg(&w.data)
-            .arg(&no_w2)
+            .arg(&null)
             .arg(&act.xq)
             .arg(&act.xds)
             .arg(y)
             .arg(&rows)
             .arg(&cols)
-            .arg(&mode);
+            .arg(&mode)
+            .arg(&null)
+            .arg(&null)
+            .arg(&null);
         // SAFETY: as for `gemv`, with the quantized activations sized above.
         unsafe { launch.launch(cfg) }.map_err(driver("gemv_q8a launch"))?;
         Ok(())

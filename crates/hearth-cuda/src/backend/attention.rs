@@ -3,9 +3,9 @@
 
 use hearth_backend::{AttnBatch, AttnParams, BackendError};
 
-use super::launch::Arg;
+use super::launch::{Arg, GEMV_MAX_TOKENS};
 use super::staging::key_of;
-use super::state::State;
+use super::state::{Quantized, State};
 use super::{CudaBackend, CudaKvCache, CudaTensor};
 
 impl CudaBackend {
@@ -71,24 +71,20 @@ impl CudaBackend {
         let (seq_table, tables) = (base + 8 * n32, base + 8 * n32 + 4 * n_seqs);
         let (kc, vc) = cache.layers[layer];
         let bs = cache.block_size as i32;
-        self.launch(
-            st,
-            "kv_write",
-            (n as u32, 1),
-            256,
-            &[
-                Arg::P(k.ptr),
-                Arg::P(v.ptr),
-                Arg::P(kc),
-                Arg::P(vc),
-                Arg::P(tok_seq),
-                Arg::P(tok_pos),
-                Arg::P(seq_table),
-                Arg::P(tables),
-                Arg::I(kv_dim as i32),
-                Arg::I(bs),
-            ],
-        )?;
+        // A decode step where every sequence brings one token: the attention kernel writes the
+        // new keys and values itself (no block reads a slot written in the same launch).
+        let kv_in_attention = flash.is_none() && batch.seqs.iter().all(|s| s.n_tokens == 1);
+        if !kv_in_attention {
+            self.launch_kv_write(
+                st,
+                k,
+                v,
+                (kc, vc),
+                (tok_seq, tok_pos, seq_table, tables),
+                kv_dim,
+                bs,
+            )?;
+        }
         if let Some(flash) = flash {
             let tiles = flash_tiles(batch);
             let tiles_at = self.stage_u32(st, key_of(batch.seqs, "flash tiles"), &tiles)?;
@@ -111,6 +107,14 @@ impl CudaBackend {
             let grid = ((tiles.len() / 3) as u32, p.n_heads as u32);
             return Ok(self.launch(st, flash, grid, FLASH_THREADS, &args)?);
         }
+        // Outputs headed for the o projection's int8 GEMV get their 8-bit copy here, which
+        // saves that GEMV a quantize launch (whole 32-value groups within each head only).
+        let out_q8 = if n <= GEMV_MAX_TOKENS && hd.is_multiple_of(32) {
+            Some(self.alloc_q8(st, n * q_dim)?)
+        } else {
+            None
+        };
+        let (oq, ods) = out_q8.unwrap_or((0, 0));
         self.launch(
             st,
             name,
@@ -132,9 +136,53 @@ impl CudaBackend {
                 Arg::F(p.scale),
                 Arg::I(p.window.map_or(0, |w| w as i32)),
                 Arg::F(p.softcap.unwrap_or(0.0)),
+                Arg::P(oq),
+                Arg::P(ods),
+                Arg::P(if kv_in_attention { k.ptr } else { 0 }),
+                Arg::P(if kv_in_attention { v.ptr } else { 0 }),
             ],
         )?;
+        if out_q8.is_some() {
+            st.quantized.set(Some(Quantized {
+                of: out.ptr,
+                q: oq,
+                ds: ods,
+            }));
+        }
         Ok(())
+    }
+
+    /// The batch's new keys and values into their f16 cache slots (kernels/model.cu).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_kv_write(
+        &self,
+        st: &mut State,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        (kc, vc): (u64, u64),
+        (tok_seq, tok_pos, seq_table, tables): (u64, u64, u64, u64),
+        kv_dim: usize,
+        bs: i32,
+    ) -> Result<(), BackendError> {
+        let n = k.rows;
+        Ok(self.launch(
+            st,
+            "kv_write",
+            (n as u32, 1),
+            256,
+            &[
+                Arg::P(k.ptr),
+                Arg::P(v.ptr),
+                Arg::P(kc),
+                Arg::P(vc),
+                Arg::P(tok_seq),
+                Arg::P(tok_pos),
+                Arg::P(seq_table),
+                Arg::P(tables),
+                Arg::I(kv_dim as i32),
+                Arg::I(bs),
+            ],
+        )?)
     }
 }
 

@@ -163,6 +163,32 @@ impl CudaBackend {
         Ok((q, ds))
     }
 
+    /// Room for a GLU GEMV's output quantized to 8 bits, and its group counters: `None` when
+    /// the rows do not form whole 32-value groups, or the counters would have to grow while
+    /// a graph is being recorded.
+    fn glu_output_q8(
+        &self,
+        st: &mut State,
+        rows: usize,
+        tokens: usize,
+    ) -> Result<Option<(u64, u64, u64)>, CudaError> {
+        if !rows.is_multiple_of(32) {
+            return Ok(None);
+        }
+        let stream = self.dev.stream().clone();
+        let may_grow = st.mode == Mode::Eager;
+        let Some((counts, replaced)) = st.counters.get(&stream, rows / 32 * tokens, may_grow)?
+        else {
+            return Ok(None);
+        };
+        if replaced {
+            // Recorded steps point at the old counters.
+            st.drop_graphs();
+        }
+        let (yq, yds) = self.alloc_q8(st, rows * tokens)?;
+        Ok(Some((yq, yds, counts)))
+    }
+
     /// `x` quantized to int8 per 32-value group in transient memory, for the int8-activation
     /// GEMV kernels: the device addresses of the values and of the (d, d·Σq) pairs.
     fn quantize_activations(
@@ -231,6 +257,9 @@ impl CudaBackend {
                 Arg::I(w.rows as i32),
                 Arg::I(w.cols as i32),
                 Arg::I(mode),
+                Arg::P(0),
+                Arg::P(0),
+                Arg::P(0),
             ];
             return self.launch(st, name, (blocks, n as u32), GEMV_WARPS * 32, &args);
         }
@@ -355,6 +384,9 @@ impl CudaBackend {
         let blocks = (gate.rows as u32).div_ceil(GEMV_WARPS);
         if let Some((q8a_name, _)) = q8a_gemv(gate) {
             let (xq, xds) = self.quantize_activations(st, x)?;
+            // The output's 8-bit copy for the down projection, written by the same launch.
+            let out_q8 = self.glu_output_q8(st, gate.rows, x.rows)?;
+            let (yq, yds, counts) = out_q8.unwrap_or((0, 0, 0));
             let args = [
                 Arg::P(gate.ptr),
                 Arg::P(up.ptr),
@@ -364,6 +396,9 @@ impl CudaBackend {
                 Arg::I(gate.rows as i32),
                 Arg::I(gate.cols as i32),
                 Arg::I(mode),
+                Arg::P(yq),
+                Arg::P(yds),
+                Arg::P(counts),
             ];
             self.launch(
                 st,
@@ -372,6 +407,13 @@ impl CudaBackend {
                 GEMV_WARPS * 32,
                 &args,
             )?;
+            if out_q8.is_some() {
+                st.quantized.set(Some(Quantized {
+                    of: out.ptr,
+                    q: yq,
+                    ds: yds,
+                }));
+            }
             return Ok(true);
         }
         let args = [

@@ -86,6 +86,50 @@ impl Arena {
     }
 }
 
+/// Zeroed device counters that the kernels using them leave at zero again (the GLU GEMV's
+/// group counts, kernels/gemv_q8a.cu). Kept across passes, so a recorded graph's address stays
+/// valid; replaced only by a larger buffer, and then every graph must be dropped.
+pub(super) struct Counters {
+    buf: Option<CudaSlice<u32>>,
+    base: u64,
+    len: usize,
+}
+
+impl Counters {
+    pub fn new() -> Self {
+        Self {
+            buf: None,
+            base: 0,
+            len: 0,
+        }
+    }
+
+    /// The address of `n` zeroed counters, and whether the buffer was replaced to get them
+    /// (graphs recorded before point at the old one). `None` when it would have to grow and
+    /// `may_grow` is false (while recording).
+    pub fn get(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        n: usize,
+        may_grow: bool,
+    ) -> Result<Option<(u64, bool)>, CudaError> {
+        if n <= self.len {
+            return Ok(Some((self.base, false)));
+        }
+        if !may_grow {
+            return Ok(None);
+        }
+        let len = n.next_power_of_two().max(4096);
+        let buf = stream
+            .alloc_zeros::<u32>(len)
+            .map_err(driver("counter allocation"))?;
+        self.base = device_address(&buf, stream);
+        self.buf = Some(buf);
+        self.len = len;
+        Ok(Some((self.base, true)))
+    }
+}
+
 /// Page-locked host memory: copies from it are asynchronous, and a recorded copy reads it
 /// again at every replay.
 pub(super) struct Pinned {

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 
 use cudarc::driver::CudaGraph;
 
-use super::memory::{Arena, Pinned};
+use super::memory::{Arena, Counters, Pinned};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -50,6 +50,7 @@ pub(super) struct StageKey {
 pub(super) struct State {
     pub arena: Arena,
     pub pinned: Pinned,
+    pub counters: Counters,
     pub mode: Mode,
     pub graphs: HashMap<u64, Graph>,
     /// Keys seen once (recorded at their second pass).
@@ -77,6 +78,7 @@ impl State {
         Self {
             arena: Arena::new(),
             pinned,
+            counters: Counters::new(),
             mode: Mode::Eager,
             graphs: HashMap::new(),
             seen: HashSet::new(),
