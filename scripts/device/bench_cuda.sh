@@ -6,7 +6,7 @@
 #   wheels/            the gguf Python package (and PyYAML, which it imports) for synth_gguf.py
 #   hearth             hearth's release binary, built with the CUDA backend
 # Phases (each timed, each logging to $OUT/<phase>.log, each skipped with SKIP_<PHASE>=1):
-#   build models llama hearth bandwidth, then $OUT/summary.txt.
+#   build models llama hearth bandwidth memory, then $OUT/summary.txt.
 # Settings (environment):
 #   MODELS       synth_gguf.py presets                 (default: qwen3-0.6b)
 #   QUANTS       llama-quantize types made from F16    (default: Q8_0 Q4_K_M)
@@ -213,8 +213,52 @@ json.dump(res, open(sys.argv[1], "w"))
 EOF
 }
 
+# GPU memory in use (MiB, all processes: only the one under test runs) sampled every 0.2 s
+# while process $1 lives or until the file $2 exists; prints the peak.
+peak_memory() {
+  local pid=$1 stop=$2 peak=0 m
+  while kill -0 "$pid" 2>/dev/null && [ ! -e "$stop" ]; do
+    m=$(nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits |
+      awk '{s += $1} END {print s + 0}')
+    [ "$m" -gt "$peak" ] && peak=$m
+    sleep 0.2
+  done
+  echo "$peak"
+}
+
+# Each engine holding a model and a 16,384-token f16 KV cache: hearth serving with
+# --ctx-size 4096 (4 slots), llama.cpp's batched bench with -c 16384 (one 512-token prompt and
+# 32 generated tokens, so its compute buffers are in use too). The peak of each.
+phase_memory() {
+  local name f pid status=0
+  for name in $(bench_models); do
+    f=$models_dir/$name.gguf
+    echo "== $name: weights $(stat -c %s "$f") bytes"
+    "$llama_bin/llama-batched-bench" -m "$f" -ngl 99 -fa -c 16384 -npp 512 -ntg 32 -npl 1 \
+      >"$out/memory-llama-$name.log" 2>&1 &
+    pid=$!
+    echo "llama.cpp peak MiB: $(peak_memory "$pid" /nonexistent)"
+    wait "$pid" || status=1
+    rm -f "$work/ready"
+    "$HEARTH" serve --model "$f" --device cuda --port 18123 --ctx-size 4096 \
+      >"$out/memory-hearth-$name.log" 2>&1 &
+    pid=$!
+    (for _ in $(seq 120); do
+      curl -sf http://127.0.0.1:18123/health >/dev/null 2>&1 && break
+      sleep 0.5
+    done
+    sleep 2
+    touch "$work/ready") &
+    echo "hearth serve peak MiB: $(peak_memory "$pid" "$work/ready")" \
+      "($(grep -o 'kv_tokens=[0-9]*' "$out/memory-hearth-$name.log" | head -1))"
+    kill "$pid"
+    wait "$pid" 2>/dev/null
+  done
+  return "$status"
+}
+
 status=0
-for p in build models llama hearth bandwidth; do
+for p in build models llama hearth bandwidth memory; do
   skip_var=SKIP_${p^^}
   if [ "${!skip_var:-0}" = 1 ]; then
     echo "== $p: skipped ($skip_var=1)"

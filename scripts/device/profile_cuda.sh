@@ -8,7 +8,8 @@
 # kernel name, share of the GPU time). Each run is also timed without the profiler, so the gap
 # between wall time and the kernels' sum (host work, launches, copies) shows.
 # Carried in .device-bin/: hearth, synth_gguf.py, wheels/ (gguf, PyYAML).
-# Settings: MODELS (default qwen3-0.6b), QUANTS (default Q8_0), NPL (default 64).
+# Settings: MODELS (default qwen3-0.6b), QUANTS (default Q8_0), NPL (default 64), RUNS (default
+# "pp tg par"; also pp32, one 32-token prompt step).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 bin=$PWD/.device-bin
@@ -33,19 +34,21 @@ python3 -c 'import gguf' 2>/dev/null ||
 
 for preset in $MODELS; do
   f16=$work/$preset-F16.gguf
-  python3 "$bin/synth_gguf.py" "$preset" "$f16" >"$out/synth-$preset.log" 2>&1 || {
+  # Files left in WORK by an earlier call (or by bench_cuda.sh's models/) are used as they are.
+  [ -s "$f16" ] || python3 "$bin/synth_gguf.py" "$preset" "$f16" >"$out/synth-$preset.log" 2>&1 || {
     status=1
     tail -5 "$out/synth-$preset.log"
     continue
   }
   for q in $QUANTS; do
     m=$work/$preset-$q.gguf
-    "$bin/hearth" quantize "$f16" "$m" "$q" >/dev/null 2>&1 || { status=1; continue; }
+    [ -s "$m" ] || "$bin/hearth" quantize "$f16" "$m" "$q" >/dev/null 2>&1 || { status=1; continue; }
     # Warm the kernel cache so that compiling is not profiled.
     "$bin/hearth" bench "$m" --device cuda -p 32 -n 4 -r 1 >/dev/null 2>&1
-    for run in pp tg par; do
+    for run in ${RUNS:-pp tg par}; do
       case $run in
         pp) args=(-p 512 -n 0 -r 1) ;;
+        pp32) args=(-p 32 -n 0 -r 1) ;;
         tg) args=(-p 0 -n 16 -r 1) ;;
         par) args=(-p 0 -n 8 -r 1 --parallel "$NPL") ;;
       esac

@@ -26,7 +26,7 @@ impl CudaBackend {
         st.arena.reset();
         st.pinned.reset();
         st.staged.clear();
-        st.quantized.set(None);
+        st.forget_copies();
         st.mode = st.mode_for(key);
         if let Mode::Record(k) = st.mode {
             let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;

@@ -4,7 +4,7 @@ use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use hearth_quant::GgmlType;
 
-use super::state::{Mode, Quantized, State};
+use super::state::{Halved, Mode, Quantized, State};
 use super::{CudaBackend, CudaTensor, CudaWeight};
 use crate::error::driver;
 use crate::{gemv_supported, CudaError};
@@ -77,10 +77,10 @@ impl CudaBackend {
         threads: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
-        // A kernel handed the rows behind a kept 8-bit copy may change them: the copy goes.
-        if let Some(kept) = st.quantized.get() {
-            if args.iter().any(|a| matches!(a, Arg::P(p) if *p == kept.of)) {
-                st.quantized.set(None);
+        // A kernel handed the rows behind a kept copy may change them: the copy goes.
+        for a in args {
+            if let Arg::P(p) = a {
+                st.forget_copies_of(*p);
             }
         }
         if !st.mode.launches() || grid.0 == 0 || grid.1 == 0 {
@@ -440,9 +440,7 @@ impl CudaBackend {
         accumulate: bool,
     ) -> Result<(), CudaError> {
         // cuBLAS writes `out` outside `launch`, which forgets a kept 8-bit copy of it.
-        if st.quantized.get().is_some_and(|k| k.of == out.ptr) {
-            st.quantized.set(None);
-        }
+        st.forget_copies_of(out.ptr);
         let may_grow = st.mode == Mode::Eager;
         let stream = self.dev.stream().clone();
         if w.ty == GgmlType::F32 {
@@ -480,8 +478,7 @@ impl CudaBackend {
             )?;
             a
         };
-        let b = st.arena.alloc(&stream, x.len() * 2, may_grow)?;
-        self.launch_elementwise(st, "f32_to_f16", &[Arg::P(x.ptr), Arg::P(b)], x.len())?;
+        let b = self.halve_activations(st, x)?;
         self.gemm_ex(
             st,
             w,
@@ -491,6 +488,20 @@ impl CudaBackend {
             out,
             accumulate,
         )
+    }
+
+    /// `x` rounded to f16 in transient memory for a cuBLAS GEMM, or the copy made for an
+    /// earlier projection of the same rows.
+    fn halve_activations(&self, st: &mut State, x: &CudaTensor) -> Result<u64, CudaError> {
+        if let Some(kept) = st.halved.get().filter(|h| h.of == x.ptr) {
+            return Ok(kept.at);
+        }
+        let may_grow = st.mode == Mode::Eager;
+        let stream = self.dev.stream().clone();
+        let at = st.arena.alloc(&stream, x.len() * 2, may_grow)?;
+        self.launch_elementwise(st, "f32_to_f16", &[Arg::P(x.ptr), Arg::P(at)], x.len())?;
+        st.halved.set(Some(Halved { of: x.ptr, at }));
+        Ok(at)
     }
 
     /// `out (+)= A · B` through cuBLAS, A = the weights' values at `a`, B = the activations at

@@ -63,6 +63,16 @@ pub(super) struct State {
     /// (kernels/model.cu `rms_norm_quantize`) or for an earlier projection of the same rows;
     /// forgotten when any other kernel is handed the rows or cuBLAS writes them.
     pub quantized: Cell<Option<Quantized>>,
+    /// Rows already rounded to f16 for a cuBLAS GEMM (the k and v projections after q, up after
+    /// gate); forgotten under the same rules.
+    pub halved: Cell<Option<Halved>>,
+}
+
+/// A tensor's f16 copy: the tensor's address and the copy's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Halved {
+    pub of: u64,
+    pub at: u64,
 }
 
 /// A tensor's 8-bit copy: the tensor's address and the copy's values and group scales.
@@ -85,7 +95,24 @@ impl State {
             unrecordable: HashSet::new(),
             staged: Vec::new(),
             quantized: Cell::new(None),
+            halved: Cell::new(None),
         }
+    }
+
+    /// Forget the kept copies of the rows at `ptr`: something may be about to change them.
+    pub fn forget_copies_of(&self, ptr: u64) {
+        if self.quantized.get().is_some_and(|k| k.of == ptr) {
+            self.quantized.set(None);
+        }
+        if self.halved.get().is_some_and(|h| h.of == ptr) {
+            self.halved.set(None);
+        }
+    }
+
+    /// Forget every kept copy (a new pass reuses the transient memory they live in).
+    pub fn forget_copies(&self) {
+        self.quantized.set(None);
+        self.halved.set(None);
     }
 
     /// The mode a pass with `key` runs in; remembers first sightings.
