@@ -12,6 +12,8 @@ pub const KERNEL_SOURCE: &str = concat!(
     "\n",
     include_str!("../kernels/gemv_q8a.cu"),
     "\n",
+    include_str!("../kernels/mmq.cu"),
+    "\n",
     include_str!("../kernels/reduce.cu"),
     "\n",
     include_str!("../kernels/dequant.cu"),

@@ -4,6 +4,7 @@ use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use hearth_quant::GgmlType;
 
+use super::mmq::mmq_kernel;
 use super::state::{Halved, Mode, Quantized, State};
 use super::{CudaBackend, CudaTensor, CudaWeight};
 use crate::error::driver;
@@ -191,7 +192,7 @@ impl CudaBackend {
 
     /// `x` quantized to int8 per 32-value group in transient memory, for the int8-activation
     /// GEMV kernels: the device addresses of the values and of the (d, d·Σq) pairs.
-    fn quantize_activations(
+    pub(super) fn quantize_activations(
         &self,
         st: &mut State,
         x: &CudaTensor,
@@ -235,6 +236,9 @@ impl CudaBackend {
                 return self.gemm(st, w, x, out, accumulate);
             }
             return self.launch_mlx_gemv(st, w, m, x, out, accumulate);
+        }
+        if n > GEMV_MAX_TOKENS && mmq_kernel(w, n).is_some() {
+            return self.launch_mmq(st, w, x, out, accumulate);
         }
         // The GEMM path dequantizes whole 32-value groups (kernels/dequant.cu).
         if n > GEMV_MAX_TOKENS && self.blas.is_some() && w.cols.is_multiple_of(32) {

@@ -10,6 +10,7 @@ mod forward;
 mod launch;
 mod memory;
 mod mlx;
+mod mmq;
 mod staging;
 mod state;
 mod upload;

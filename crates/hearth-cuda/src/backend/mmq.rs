@@ -1,0 +1,76 @@
+//! Quantized matrix times int8 activations on tensor cores (kernels/mmq.cu) for batches
+//! between the GEMVs' and cuBLAS's: decode steps of many sequences and short prompts.
+
+use std::sync::OnceLock;
+
+use hearth_quant::GgmlType;
+
+use super::launch::Arg;
+use super::state::State;
+use super::{CudaBackend, CudaTensor, CudaWeight};
+use crate::CudaError;
+
+/// Tile of the kernels: weight rows by tokens, and threads per block.
+const MMQ_ROWS: usize = 32;
+const MMQ_TOKENS: usize = 32;
+const MMQ_THREADS: u32 = 128;
+
+/// Up to this many tokens a matmul with an MMQ kernel takes it instead of dequantizing the
+/// weights to f16 for cuBLAS. `HEARTH_CUDA_MMQ_MAX_TOKENS` overrides it (0: never), so that
+/// the crossover can be measured on other GPUs.
+fn mmq_max_tokens() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("HEARTH_CUDA_MMQ_MAX_TOKENS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(64)
+    })
+}
+
+/// The MMQ kernel for `n` tokens times weight `w`, if it takes them.
+pub(super) fn mmq_kernel(w: &CudaWeight, n: usize) -> Option<&'static str> {
+    if w.mlx.is_some() || !w.cols.is_multiple_of(32) || n > mmq_max_tokens() {
+        return None;
+    }
+    match w.ty {
+        GgmlType::Q8_0 => Some("mmq_q8_0"),
+        _ => None,
+    }
+}
+
+impl CudaBackend {
+    /// `out (+)= W · x` for every token of `x`, the activations quantized to 8 bits first (or
+    /// their copy kept from an earlier projection of the same rows).
+    pub(super) fn launch_mmq(
+        &self,
+        st: &mut State,
+        w: &CudaWeight,
+        x: &CudaTensor,
+        out: &CudaTensor,
+        accumulate: bool,
+    ) -> Result<(), CudaError> {
+        let Some(name) = mmq_kernel(w, x.rows) else {
+            return Err(CudaError::Unsupported {
+                op: "mmq",
+                ty: w.ty,
+            });
+        };
+        let (xq, xds) = self.quantize_activations(st, x)?;
+        let grid = (
+            w.rows.div_ceil(MMQ_ROWS) as u32,
+            x.rows.div_ceil(MMQ_TOKENS) as u32,
+        );
+        let args = [
+            Arg::P(w.ptr),
+            Arg::P(xq),
+            Arg::P(xds),
+            Arg::P(out.ptr),
+            Arg::I(w.rows as i32),
+            Arg::I(w.cols as i32),
+            Arg::I(x.rows as i32),
+            Arg::I(accumulate as i32),
+        ];
+        self.launch(st, name, grid, MMQ_THREADS, &args)
+    }
+}
