@@ -3,7 +3,8 @@
 
 use hearth_backend::{AttnBatch, AttnParams, BackendError};
 
-use super::launch::{Arg, GEMV_MAX_TOKENS};
+use super::launch::Arg;
+use super::mmq::takes_int8_activations;
 use super::staging::key_of;
 use super::state::{Quantized, State};
 use super::{CudaBackend, CudaKvCache, CudaTensor};
@@ -109,7 +110,7 @@ impl CudaBackend {
         }
         // Outputs headed for the o projection's int8 GEMV get their 8-bit copy here, which
         // saves that GEMV a quantize launch (whole 32-value groups within each head only).
-        let out_q8 = if n <= GEMV_MAX_TOKENS && hd.is_multiple_of(32) {
+        let out_q8 = if takes_int8_activations(n) && hd.is_multiple_of(32) {
             Some(self.alloc_q8(st, n * q_dim)?)
         } else {
             None

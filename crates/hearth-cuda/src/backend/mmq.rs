@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use hearth_quant::GgmlType;
 
-use super::launch::Arg;
+use super::launch::{Arg, GEMV_MAX_TOKENS};
 use super::state::State;
 use super::{CudaBackend, CudaTensor, CudaWeight};
 use crate::CudaError;
@@ -26,6 +26,13 @@ fn mmq_max_tokens() -> usize {
             .and_then(|v| v.parse().ok())
             .unwrap_or(64)
     })
+}
+
+/// Whether the projections of `n` token rows may read them as 8-bit activations (the GEMVs'
+/// or MMQ's), so that their producers should quantize them on the way: a wasted copy only
+/// when the weights turn out to have neither kernel.
+pub(super) fn takes_int8_activations(n: usize) -> bool {
+    n <= GEMV_MAX_TOKENS || n <= mmq_max_tokens()
 }
 
 /// The MMQ kernel for `n` tokens times weight `w`, if it takes them.

@@ -409,7 +409,7 @@ impl Backend for CudaBackend {
     ) -> Result<CudaTensor, BackendError> {
         let mut st = self.state()?;
         let out = self.tensor(&mut st, x.rows, x.cols)?;
-        if x.rows <= launch::GEMV_MAX_TOKENS && x.cols.is_multiple_of(32) {
+        if mmq::takes_int8_activations(x.rows) && x.cols.is_multiple_of(32) {
             self.launch_norm_quantize(&mut st, x, weight, eps, &out)?;
         } else {
             self.launch_norm(&st, x, weight, x.cols, eps, &out)?;
