@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 49] = [
+pub(crate) const KERNEL_NAMES: [&str; 50] = [
     "gemv_f16",
     "gemv_q8_0",
     "gemv_q4_0",
@@ -67,6 +67,7 @@ pub(crate) const KERNEL_NAMES: [&str; 49] = [
     "embed_mlx_rows",
     "rms_norm_quantize",
     "mmq_q8_0",
+    "mmq_q4_k",
 ];
 
 /// Bytes of padding after a weight matrix: the GEMV kernels' last 16-byte load of a row may

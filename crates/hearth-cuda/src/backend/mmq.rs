@@ -42,6 +42,7 @@ pub(super) fn mmq_kernel(w: &CudaWeight, n: usize) -> Option<&'static str> {
     }
     match w.ty {
         GgmlType::Q8_0 => Some("mmq_q8_0"),
+        GgmlType::Q4_K if w.cols.is_multiple_of(256) => Some("mmq_q4_k"),
         _ => None,
     }
 }
