@@ -234,7 +234,7 @@ phase_memory() {
   for name in $(bench_models); do
     f=$models_dir/$name.gguf
     echo "== $name: weights $(stat -c %s "$f") bytes"
-    "$llama_bin/llama-batched-bench" -m "$f" -ngl 99 -fa -c 16384 -npp 512 -ntg 32 -npl 1 \
+    "$llama_bin/llama-batched-bench" -m "$f" -ngl 99 -fa -c 16384 -npp 8192 -ntg 512 -npl 1 \
       >"$out/memory-llama-$name.log" 2>&1 &
     pid=$!
     echo "llama.cpp peak MiB: $(peak_memory "$pid" /nonexistent)"

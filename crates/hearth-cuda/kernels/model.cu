@@ -43,21 +43,43 @@ extern "C" __global__ void rms_norm_groups(const float* x, const float* __restri
 // one launch: the f32 rows for any consumer, and the 8-bit values with their (d, d * sum q)
 // per 32-value group for the int8-activation GEMVs of decode steps, bit for bit what the two
 // kernels give. Grid: one block per row; cols is a multiple of 32.
+#define NORM_Q_HELD 8
 extern "C" __global__ void rms_norm_quantize(const float* __restrict__ x,
                                              const float* __restrict__ w, float* __restrict__ y,
                                              i8* __restrict__ yq, float2* __restrict__ yds,
                                              int cols, float eps) {
     const size_t row = (size_t)blockIdx.x * cols;
+    // Thread i takes values i, i + blockDim.x, ... in both passes (a warp's 32 values of a pass
+    // are one group, as blockDim.x is a multiple of 32). The first NORM_Q_HELD of them, and
+    // their weights, are loaded before the sum: a decode step's norm is one block, and every
+    // global load after the reduction would be one more wait on its critical path.
+    float xv[NORM_Q_HELD], wv[NORM_Q_HELD];
+#pragma unroll
+    for (int k = 0; k < NORM_Q_HELD; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        xv[k] = i < cols ? x[row + i] : 0.f;
+        wv[k] = i < cols ? w[i] : 0.f;
+    }
     double ss = 0.0;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += (double)x[row + i] * (double)x[row + i];
+#pragma unroll
+    for (int k = 0; k < NORM_Q_HELD; ++k) ss += (double)xv[k] * (double)xv[k];
+    for (int i = threadIdx.x + NORM_Q_HELD * blockDim.x; i < cols; i += blockDim.x) {
+        ss += (double)x[row + i] * (double)x[row + i];
+    }
     const float mean = (float)(block_sum_f64(ss) / (double)cols);
     const float scale = 1.0f / sqrtf(mean + eps);
-    const int lane = threadIdx.x % WARP_SIZE, n_warps = blockDim.x / WARP_SIZE;
-    for (int g = threadIdx.x / WARP_SIZE; g < cols / 32; g += n_warps) {
-        const size_t at = row + g * 32 + lane;
-        const float v = x[at] * scale * w[g * 32 + lane];
-        y[at] = v;
-        quantize_group_q8_1(v, yq + at, yds + at / 32);
+#pragma unroll
+    for (int k = 0; k < NORM_Q_HELD; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i >= cols) break;  // the same for the whole warp (cols is a multiple of 32)
+        const float v = xv[k] * scale * wv[k];
+        y[row + i] = v;
+        quantize_group_q8_1(v, yq + row + i, yds + (row + i) / 32);
+    }
+    for (int i = threadIdx.x + NORM_Q_HELD * blockDim.x; i < cols; i += blockDim.x) {
+        const float v = x[row + i] * scale * w[i];
+        y[row + i] = v;
+        quantize_group_q8_1(v, yq + row + i, yds + (row + i) / 32);
     }
 }
 

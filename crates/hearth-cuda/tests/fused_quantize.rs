@@ -87,23 +87,22 @@ fn gated_output_quantized_in_the_gemv_gives_the_unfused_bits() {
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let (cols, out_cols) = (512, 256);
-    // 1056 rows: 33 groups spread over many blocks; 1000: not whole groups (no 8-bit copy).
-    for ffn in [1056, 1000] {
-        for ty in TYPES {
-            let gate = weight(&gpu, ty, ffn, cols, &mut rng);
-            let up = weight(&gpu, ty, ffn, cols, &mut rng);
-            let down = weight(&gpu, ty, out_cols, ffn, &mut rng);
-            let ws = (&gate, &up, &down);
-            for tokens in [1, 3] {
-                let shape = (tokens, cols, ffn, out_cols);
-                // Eager, then (same key) eager, recorded, replayed twice: new values each time.
-                let key = Some(((ffn as u64) << 32) | ((ty.id() as u64) << 8) | tokens as u64);
-                for (i, key) in [None, key, key, key, key].into_iter().enumerate() {
-                    let x = random_rows(tokens, cols, &mut rng);
-                    let want = gated_then_down(&gpu, None, ws, &x, shape, false);
-                    let got = gated_then_down(&gpu, key, ws, &x, shape, true);
-                    assert_same_bits(&got, &want, &format!("{ty} ffn {ffn} x{tokens} pass {i}"));
-                }
+    // 40 groups spread over many blocks (a multiple of 256: the K-quant down projections').
+    let ffn = 1280;
+    for ty in TYPES {
+        let gate = weight(&gpu, ty, ffn, cols, &mut rng);
+        let up = weight(&gpu, ty, ffn, cols, &mut rng);
+        let down = weight(&gpu, ty, out_cols, ffn, &mut rng);
+        let ws = (&gate, &up, &down);
+        for tokens in [1, 3] {
+            let shape = (tokens, cols, ffn, out_cols);
+            // Eager, then (same key) eager, recorded, replayed twice: new values each time.
+            let key = Some(((ffn as u64) << 32) | ((ty.id() as u64) << 8) | tokens as u64);
+            for (i, key) in [None, key, key, key, key].into_iter().enumerate() {
+                let x = random_rows(tokens, cols, &mut rng);
+                let want = gated_then_down(&gpu, None, ws, &x, shape, false);
+                let got = gated_then_down(&gpu, key, ws, &x, shape, true);
+                assert_same_bits(&got, &want, &format!("{ty} ffn {ffn} x{tokens} pass {i}"));
             }
         }
     }
@@ -116,9 +115,15 @@ fn attention_output_quantized_in_the_kernel_gives_the_unfused_bits() {
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(8);
     const BLOCK: usize = 16;
-    // Every decode kernel's lane share; 80 has no whole groups per head (no 8-bit copy).
-    for (hd, n_heads, n_kv_heads) in [(128, 8, 2), (64, 4, 4), (256, 2, 1), (32, 8, 4), (80, 4, 2)]
-    {
+    // Every decode kernel's lane share; 80 has no whole groups per head (no 8-bit copy). Query
+    // widths are multiples of 256, as the K-quant o projections need.
+    for (hd, n_heads, n_kv_heads) in [
+        (128, 8, 2),
+        (64, 4, 4),
+        (256, 2, 1),
+        (32, 8, 4),
+        (80, 16, 4),
+    ] {
         let (q_dim, kv_dim) = (n_heads * hd, n_kv_heads * hd);
         let p = AttnParams {
             n_heads,
