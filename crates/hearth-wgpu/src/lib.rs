@@ -20,6 +20,7 @@ pub mod kernels;
 mod norm;
 mod pool;
 mod recorder;
+mod weight;
 
 pub use backend::{WgpuBackend, WgpuKvCache, WgpuTensor, WgpuWeight};
 pub use device::{AdapterInfo, FmaChoice};
