@@ -12,10 +12,11 @@ use wgpu::util::DeviceExt;
 
 use crate::device::{AdapterInfo, FmaChoice, Gpu};
 use crate::int8::{Epilogue, Inputs, Int8Acts};
-use crate::kernels::{block_reader, int8_reader, Module};
+use crate::kernels::{int8_reader, Module};
 use crate::norm::{check_rope, rope_table, NormInput};
 use crate::pool::{BufferPool, Pooled};
 use crate::recorder::{Bind, Grid, Recorder};
+use crate::weight::WeightPart;
 use crate::WgpuError;
 
 /// A dense f32 activation matrix in a device buffer.
@@ -45,19 +46,8 @@ impl WgpuTensor {
     }
 }
 
-/// A weight on the device: raw GGUF blocks for a matrix, f32 values for a vector.
-pub struct WgpuWeight {
-    pub(crate) buf: wgpu::Buffer,
-    pub(crate) name: String,
-    pub(crate) ty: GgmlType,
-    /// `[rows, cols]`, as in the file.
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-    /// Bytes of one row of blocks.
-    pub(crate) row_bytes: usize,
-}
-
 pub use crate::attention::WgpuKvCache;
+pub use crate::weight::WgpuWeight;
 
 /// The wgpu backend: one device, its kernels and the batch of dispatches being recorded.
 pub struct WgpuBackend {
@@ -75,6 +65,9 @@ pub struct WgpuBackend {
     /// A matmul has quantized its input to Q8_0 blocks: norms in front of projections then
     /// quantize their output in the same dispatch (see `rms_norm_copy`).
     pub(crate) norms_quantize: AtomicBool,
+    /// The most bytes of one weight part (see `weight.rs`): the adapter's largest binding,
+    /// or less where a test asks for it.
+    pub(crate) weight_part_limit: u64,
 }
 
 /// `Err(Unsupported(msg()))` unless `ok`.
@@ -121,14 +114,23 @@ impl WgpuBackend {
             unused("unused read-write binding"),
         );
         Ok(WgpuBackend {
-            gpu,
             rec,
             dummy,
             dummy_rw,
             pool: Arc::default(),
             staging: Mutex::new(None),
             norms_quantize: AtomicBool::new(false),
+            weight_part_limit: gpu_limit(&gpu),
+            gpu,
         })
+    }
+
+    /// Store weights loaded from now on in parts of at most `bytes` (never more than the
+    /// adapter allows), as a weight larger than one binding is stored: for tests of split
+    /// weights on small tensors.
+    pub fn with_weight_part_limit(mut self, bytes: u64) -> WgpuBackend {
+        self.weight_part_limit = bytes.min(gpu_limit(&self.gpu));
+        self
     }
 
     /// What the adapter offers.
@@ -162,11 +164,15 @@ impl WgpuBackend {
         }))
     }
 
-    fn init_buffer(&self, name: &str, bytes: &[u8]) -> Result<wgpu::Buffer, BackendError> {
+    pub(crate) fn init_buffer(
+        &self,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<wgpu::Buffer, BackendError> {
         check(bytes.len() as u64 <= self.gpu.info.max_binding, || {
             format!(
                 "tensor '{name}': {} bytes are more than this adapter's largest binding \
-                 ({} bytes); splitting a weight across bindings is not supported yet",
+                 ({} bytes)",
                 bytes.len(),
                 self.gpu.info.max_binding
             )
@@ -253,32 +259,32 @@ impl WgpuBackend {
             return Ok(());
         }
         let x = self.rounded_input(w.ty, inputs)?.unwrap_or(x);
-        let params = words(&[
-            w.rows as u32,
-            w.cols as u32,
-            x.rows as u32,
-            w.row_bytes as u32,
-            accumulate as u32,
-            0,
-            0,
-            0,
-        ]);
-        let binds = [
-            Bind::Buffer(&w.buf),
-            Bind::Buffer(&x.buf),
-            Bind::Buffer(out.written()),
-            Bind::Host(&params),
-        ];
-        // One workgroup per (row, tile of 4 tokens): see kernels/matmul.wgsl.
-        let groups = w.rows * x.rows.div_ceil(4);
+        let y = out.written();
+        let module = Module::Matmul(w.ty, self.gpu.info.subgroups);
         let mut rec = self.recorder();
-        Ok(rec.dispatch(
-            &self.gpu,
-            Module::Matmul(w.ty, self.gpu.info.subgroups),
-            "matmul",
-            &binds,
-            Grid::Groups(groups),
-        )?)
+        // One dispatch per part of the weight, each writing its rows' output features.
+        for WeightPart { buf, rows } in &w.parts {
+            let params = words(&[
+                w.rows as u32,
+                w.cols as u32,
+                x.rows as u32,
+                w.row_bytes as u32,
+                accumulate as u32,
+                rows.start as u32,
+                rows.len() as u32,
+                0,
+            ]);
+            let binds = [
+                Bind::Buffer(buf),
+                Bind::Buffer(&x.buf),
+                Bind::Buffer(y),
+                Bind::Host(&params),
+            ];
+            // One workgroup per (row, tile of 4 tokens): see kernels/matmul.wgsl.
+            let groups = Grid::Groups(rows.len() * x.rows.div_ceil(4));
+            rec.dispatch(&self.gpu, module, "matmul", &binds, groups)?;
+        }
+        Ok(())
     }
 
     /// Wait for every submission. wgpu's wait gives up after a while, which a software
@@ -345,6 +351,11 @@ impl WgpuBackend {
     }
 }
 
+/// The largest weight part the adapter allows: one binding, and one buffer.
+fn gpu_limit(gpu: &Gpu) -> u64 {
+    gpu.info.max_binding.min(gpu.info.max_buffer)
+}
+
 /// How long one read-back may wait for the device before the request fails.
 const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -376,11 +387,10 @@ impl Backend for WgpuBackend {
                 w.name
             )));
         }
-        let bytes = w.data.bytes();
         if w.rows == 1 {
             // Vectors (norm weights) are read as f32 by the element-wise kernels.
             let mut vals = vec![0f32; w.cols];
-            hearth_quant::dequantize_row(w.ty, bytes, &mut vals).map_err(|e| {
+            hearth_quant::dequantize_row(w.ty, w.data.bytes(), &mut vals).map_err(|e| {
                 BackendError::BadWeight {
                     name: w.name.clone(),
                     reason: e.to_string(),
@@ -388,7 +398,7 @@ impl Backend for WgpuBackend {
             })?;
             let buf = self.init_buffer(&w.name, bytemuck::cast_slice(&vals))?;
             return Ok(WgpuWeight {
-                buf,
+                parts: vec![WeightPart { buf, rows: 0..1 }],
                 name: w.name,
                 ty: GgmlType::F32,
                 rows: 1,
@@ -396,36 +406,7 @@ impl Backend for WgpuBackend {
                 row_bytes: 4 * w.cols,
             });
         }
-        // Every type of the 8-bit matmuls also has an f32 kernel (and an embedding reader).
-        let Some((block, block_bytes, _)) = block_reader(w.ty) else {
-            return Err(BackendError::Unsupported(format!(
-                "tensor '{}': {} weights are not supported by the wgpu backend yet",
-                w.name, w.ty
-            )));
-        };
-        let (block, block_bytes) = (block as usize, block_bytes as usize);
-        let row_bytes = w.cols / block * block_bytes;
-        if !w.cols.is_multiple_of(block) || bytes.len() != w.rows * row_bytes {
-            return Err(BackendError::BadWeight {
-                name: w.name.clone(),
-                reason: format!(
-                    "{} bytes for [{}, {}] {} (blocks of {block})",
-                    bytes.len(),
-                    w.rows,
-                    w.cols,
-                    w.ty
-                ),
-            });
-        }
-        let buf = self.init_buffer(&w.name, bytes)?;
-        Ok(WgpuWeight {
-            buf,
-            name: w.name,
-            ty: w.ty,
-            rows: w.rows,
-            cols: w.cols,
-            row_bytes,
-        })
+        self.load_matrix(w)
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> Result<WgpuKvCache, BackendError> {
@@ -493,24 +474,35 @@ impl Backend for WgpuBackend {
                 table.rows, table.name
             )));
         }
-        let params = words(&[
-            table.cols as u32,
-            tokens.len() as u32,
-            table.row_bytes as u32,
-            0,
-        ]);
         let ids = words(tokens);
-        let binds = [
-            Bind::Buffer(&table.buf),
-            Bind::Host(&ids),
-            Bind::Buffer(out.written()),
-            Bind::Host(&params),
-        ];
         let n = tokens.len() * table.cols;
         let module = Module::Embed(table.ty);
-        Ok(self
-            .recorder()
-            .dispatch(&self.gpu, module, "embed", &binds, Grid::Threads(n))?)
+        let out = out.written();
+        let mut rec = self.recorder();
+        // One dispatch per part that holds one of the tokens' rows; each writes those rows.
+        for WeightPart { buf, rows } in &table.parts {
+            if !tokens.iter().any(|&t| rows.contains(&(t as usize))) {
+                continue;
+            }
+            let params = words(&[
+                table.cols as u32,
+                tokens.len() as u32,
+                table.row_bytes as u32,
+                rows.start as u32,
+                rows.len() as u32,
+                0,
+                0,
+                0,
+            ]);
+            let binds = [
+                Bind::Buffer(buf),
+                Bind::Host(&ids),
+                Bind::Buffer(out),
+                Bind::Host(&params),
+            ];
+            rec.dispatch(&self.gpu, module, "embed", &binds, Grid::Threads(n))?;
+        }
+        Ok(())
     }
 
     fn matmul(

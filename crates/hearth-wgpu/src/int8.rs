@@ -17,6 +17,7 @@ use hearth_quant::GgmlType;
 use crate::backend::{check, words, WgpuBackend, WgpuTensor, WgpuWeight};
 use crate::kernels::{int8_reader, Module};
 use crate::recorder::{Bind, Grid};
+use crate::weight::WeightPart;
 
 /// What the 8-bit matmul does with each output value (`epilogue` in matmul_int8.wgsl).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,31 +158,36 @@ impl WgpuBackend {
                 }
             },
         };
-        let params = words(&[
-            w.rows as u32,
-            w.cols as u32,
-            q.n_tokens as u32,
-            w.row_bytes as u32,
-            epilogue as u32,
-            q.scales as u32,
-            q.sums as u32,
-            0,
-        ]);
-        let binds = [
-            Bind::Buffer(&w.buf),
-            Bind::Buffer(&q.buf.buf),
-            Bind::Buffer(out.written()),
-            Bind::Host(&params),
-        ];
-        // One workgroup per 4 (row, token) outputs: see kernels/matmul_int8.wgsl.
-        let groups = (w.rows * q.n_tokens).div_ceil(4);
-        self.recorder().dispatch(
-            &self.gpu,
-            Module::MatmulInt8(w.ty, self.gpu.info.native_fma),
-            "matmul",
-            &binds,
-            Grid::Groups(groups),
-        )?;
+        let y = out.written();
+        let module = Module::MatmulInt8(w.ty, self.gpu.info.native_fma);
+        let mut rec = self.recorder();
+        // One dispatch per part of the weight, each writing its rows' output features (the
+        // SwiGLU epilogue reads the gate at the same places it writes).
+        for WeightPart { buf, rows } in &w.parts {
+            let params = words(&[
+                w.rows as u32,
+                w.cols as u32,
+                q.n_tokens as u32,
+                w.row_bytes as u32,
+                epilogue as u32,
+                q.scales as u32,
+                q.sums as u32,
+                rows.start as u32,
+                rows.len() as u32,
+                0,
+                0,
+                0,
+            ]);
+            let binds = [
+                Bind::Buffer(buf),
+                Bind::Buffer(&q.buf.buf),
+                Bind::Buffer(y),
+                Bind::Host(&params),
+            ];
+            // One workgroup per 4 (row, token) outputs: see kernels/matmul_int8.wgsl.
+            let groups = Grid::Groups((rows.len() * q.n_tokens).div_ceil(4));
+            rec.dispatch(&self.gpu, module, "matmul", &binds, groups)?;
+        }
         Ok(Some(()))
     }
 

@@ -126,7 +126,7 @@ impl WgpuBackend {
         ]);
         let binds = [
             Bind::Buffer(x.written()),
-            Bind::Buffer(&weight.buf),
+            Bind::Buffer(weight.vector()),
             Bind::Host(&params),
             aux.unwrap_or(Bind::Buffer(&self.dummy)),
             Bind::Buffer(q_out.map_or(&self.dummy_rw, |q| &*q.buf.buf)),

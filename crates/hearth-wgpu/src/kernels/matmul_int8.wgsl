@@ -33,10 +33,16 @@ struct MatParams {
     epilogue: u32, // 0: y = sum; 1: y += sum; 2: y = silu(y) * sum (y holds the gate)
     x_scales: u32, // first word of the activation scales in x
     x_sums: u32,   // first word of the Q8_K group sums in x
-    _pad: u32,
+    // w may be one part of a weight split by rows (weight.rs): its rows are output features
+    // row0 .. row0 + part_rows of the `rows`.
+    row0: u32,
+    part_rows: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
-@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(0) var<storage, read> w: array<u32>;       // [part_rows] rows of blocks
 @group(0) @binding(1) var<storage, read> x: array<u32>;       // quantize.wgsl's layout
 @group(0) @binding(2) var<storage, read_write> y: array<f32>; // [n_tokens, rows]
 @group(0) @binding(3) var<storage, read> p: MatParams;
@@ -154,9 +160,10 @@ fn hsum8(v: array<f32, 8>) -> f32 {
 fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
     let job = flat_group(wg, nwg) * JOBS + lid / 16u;
-    let live = job < p.rows * p.n_tokens;
-    let row = job % p.rows;
-    let t = job / p.rows;
+    let live = job < p.part_rows * p.n_tokens;
+    let w_row = job % p.part_rows; // in this part's binding
+    let row = p.row0 + w_row;      // the output feature
+    let t = job / p.part_rows;
     let parity = (lid / 8u) % 2u;
     let l = lid % 8u;
     var acc = 0.0;
@@ -166,7 +173,7 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: ve
         // thread has four blocks' loads in flight instead of one (a decode GEMV has too few
         // threads to hide memory latency otherwise); the adds keep the chain's order.
         let nb = p.cols / QBLOCK;
-        let rb = row * p.row_bytes;
+        let rb = w_row * p.row_bytes;
         var k = parity;
         for (; k + 6u < nb; k += 8u) {
             let d0 = QLANE(rb + k * QBLOCK_BYTES, l, t, k);
@@ -183,7 +190,7 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: ve
             acc = fma_rn(dl.x, dl.y, acc);
         }
         if (parity == 0u) {
-            m = QMINS(row, l, t);
+            m = QMINS(w_row, l, t);
         }
     }
     chains[lid] = acc;
