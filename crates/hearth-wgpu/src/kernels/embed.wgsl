@@ -4,7 +4,7 @@ struct EmbedParams {
     cols: u32,
     n_tokens: u32,
     row_bytes: u32,
-    _pad: u32,
+    zero: u32, // 0, for `keep`
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;

@@ -11,7 +11,7 @@ struct MatParams {
     accumulate: u32,
     _pad0: u32,
     _pad1: u32,
-    _pad2: u32,
+    zero: u32, // 0, for `keep`
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;

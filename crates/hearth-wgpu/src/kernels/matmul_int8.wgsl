@@ -33,7 +33,7 @@ struct MatParams {
     epilogue: u32, // 0: y = sum; 1: y += sum; 2: y = silu(y) * sum (y holds the gate)
     x_scales: u32, // first word of the activation scales in x
     x_sums: u32,   // first word of the Q8_K group sums in x
-    _pad: u32,
+    zero: u32, // 0, for `keep`
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -204,8 +204,7 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: ve
             sum += y[o];
         } else if (p.epilogue == 2u) {
             // As elementwise.wgsl's glu_silu, so that the bits are the unfused ones.
-            let g = y[o];
-            sum = g / (1.0 + exp(-g)) * sum;
+            sum = silu_rn(y[o]) * sum;
         }
         y[o] = sum;
     }

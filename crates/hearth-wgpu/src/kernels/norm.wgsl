@@ -5,7 +5,8 @@
 // in `aux` (QK-norm then rotary embedding of one head: one dispatch instead of two), and
 // `rms_norm_to_q8` as `rms_norm_to`, then quantizes the row to Q8_0 blocks in `q` for the
 // 8-bit matmuls that read it (quantize.wgsl's layout; one dispatch instead of two). Each value
-// goes through the same steps as in the separate kernels, so the bits are theirs.
+// goes through the same steps as in the separate kernels, so the bits are theirs; each step is
+// one IEEE operation, as on the CPU (`keep`, `div_rn`, `sqrt_rn`: see exact.wgsl).
 
 struct NormParams {
     group: u32,
@@ -15,7 +16,7 @@ struct NormParams {
     heads: u32, // rms_norm_rope: groups per token
     neox: u32,  // rms_norm_rope: 1: pairs (i, i + half); 0: pairs (2i, 2i + 1)
     q_scales: u32, // rms_norm_to_q8: first word of the block scales in q
-    _pad1: u32,
+    zero: u32, // 0, for `keep`
 }
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
@@ -40,7 +41,7 @@ fn inv_rms(base: u32, live: bool, lid: u32, from_aux: bool) -> f32 {
     if (live) {
         for (var i = lid; i < p.group; i += 64u) {
             let v = input(base + i, from_aux);
-            acc += v * v;
+            acc += keep(v * v);
         }
     }
     sums[lid] = acc;
@@ -51,7 +52,7 @@ fn inv_rms(base: u32, live: bool, lid: u32, from_aux: bool) -> f32 {
         }
         workgroupBarrier();
     }
-    return 1.0 / sqrt(sums[0] / f32(p.group) + p.eps);
+    return div_rn(1.0, sqrt_rn(div_rn(sums[0], f32(p.group)) + p.eps));
 }
 
 fn norm_group(g: u32, lid: u32, from_aux: bool) {
@@ -116,8 +117,8 @@ fn rms_norm_rope(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
         let x1 = x[base + b] * inv * wt[b];
         let c = aux[2u * (t * p.half + k)];
         let s = aux[2u * (t * p.half + k) + 1u];
-        x[base + a] = x0 * c - x1 * s;
-        x[base + b] = x0 * s + x1 * c;
+        x[base + a] = keep(x0 * c) - keep(x1 * s);
+        x[base + b] = keep(x0 * s) + keep(x1 * c);
     }
     for (var i = 2u * p.half + lid; i < p.group; i += 64u) {
         x[base + i] = x[base + i] * inv * wt[i];
