@@ -16,6 +16,7 @@ const QUANTIZE: &str = include_str!("kernels/quantize.wgsl");
 const QUANTIZE_COMMON: &str = include_str!("kernels/quantize_common.wgsl");
 const FMA: &str = include_str!("kernels/fma.wgsl");
 const EXACT: &str = include_str!("kernels/exact.wgsl");
+const DOUBLE_WORD: &str = include_str!("kernels/double_word.wgsl");
 const EMBED: &str = include_str!("kernels/embed.wgsl");
 const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
 const NORM: &str = include_str!("kernels/norm.wgsl");
@@ -124,7 +125,7 @@ impl Module {
             Module::Quantize => format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{QUANTIZE}"),
             Module::Rope => format!("{PRELUDE}\n{ROPE}"),
             Module::Elementwise(f) => with_exact(f, &[ELEMENTWISE]),
-            Module::Norm(f) => with_exact(f, &[QUANTIZE_COMMON, NORM]),
+            Module::Norm(f) => with_exact(f, &[QUANTIZE_COMMON, DOUBLE_WORD, NORM]),
             Module::Attention(f) => with_exact(f, &[ATTENTION_COMMON, ATTENTION]),
             Module::AttentionSplit(f) => with_exact(f, &[ATTENTION_COMMON, ATTENTION_SPLIT]),
         }
