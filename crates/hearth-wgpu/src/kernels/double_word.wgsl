@@ -52,10 +52,10 @@ fn square_exact(v: f32) -> vec2<f32> {
 }
 
 // (s.x + s.y) / n rounded to f32, for s ≥ 0 with s.x ≥ 2^-76 (so that the correction below
-// is normal for div_rn) or s = 0, and whole n (1 ≤ n < 2^24): q = s.x / n rounded, then the rest (s.x - q·n, exact for the correctly
-// rounded q, plus s.y) divided by n and added in one rounding. That rounding can differ from
-// the exact quotient's only where the exact quotient lies within ~2^-22 ulp of a midpoint
-// between two floats (the error of the small correction term).
+// is normal for div_rn) or s = 0, and whole n (1 ≤ n < 2^24). q = s.x / n rounded; the rest
+// (s.x - q·n, exact for the correctly rounded q, plus s.y) divided by n is added to it in one
+// rounding. That can differ from rounding the exact quotient only where the exact quotient
+// lies within ~2^-22 ulp of a midpoint between two floats (the error of the small term).
 fn dw_div_rn(s: vec2<f32>, n: f32) -> f32 {
     let q = div_rn(s.x, n);
     let r = fma_rn(-q, n, s.x);
