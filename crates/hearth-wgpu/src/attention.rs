@@ -146,6 +146,7 @@ pub(crate) fn attention(
         0,
         0,
         0,
+        0, // zero: see prelude.wgsl's `keep`
     ];
     let aux = words(&aux);
     let (kc, vc) = &cache.layers[layer];
@@ -163,7 +164,7 @@ pub(crate) fn attention(
     let mut rec = be.recorder();
     rec.dispatch(
         &be.gpu,
-        Module::Attention,
+        Module::Attention(be.gpu.info.native_fma),
         "kv_write",
         &binds,
         Grid::Threads(n * kv_dim / 2),
@@ -172,7 +173,7 @@ pub(crate) fn attention(
     if n > SPLIT_MAX_TOKENS || n_chunks < SPLIT_MIN_CHUNKS {
         return Ok(rec.dispatch(
             &be.gpu,
-            Module::Attention,
+            Module::Attention(be.gpu.info.native_fma),
             "attention",
             &binds,
             Grid::Groups(n * p.n_heads),
@@ -205,7 +206,7 @@ pub(crate) fn attention(
     ] {
         rec.dispatch(
             &be.gpu,
-            Module::AttentionSplit,
+            Module::AttentionSplit(be.gpu.info.native_fma),
             entry,
             &binds,
             Grid::Groups(groups),

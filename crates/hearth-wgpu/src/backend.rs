@@ -224,7 +224,7 @@ impl WgpuBackend {
         let mut rec = self.recorder();
         Ok(rec.dispatch(
             &self.gpu,
-            Module::Elementwise,
+            Module::Elementwise(self.gpu.info.native_fma),
             entry,
             &binds,
             Grid::Threads(n),

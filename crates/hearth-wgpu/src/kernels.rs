@@ -15,6 +15,8 @@ const MATMUL_INT8: &str = include_str!("kernels/matmul_int8.wgsl");
 const QUANTIZE: &str = include_str!("kernels/quantize.wgsl");
 const QUANTIZE_COMMON: &str = include_str!("kernels/quantize_common.wgsl");
 const FMA: &str = include_str!("kernels/fma.wgsl");
+const EXACT: &str = include_str!("kernels/exact.wgsl");
+const DOUBLE_WORD: &str = include_str!("kernels/double_word.wgsl");
 const EMBED: &str = include_str!("kernels/embed.wgsl");
 const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
 const NORM: &str = include_str!("kernels/norm.wgsl");
@@ -56,12 +58,14 @@ pub enum Module {
     /// Activation quantization to Q8_0 / Q8_K blocks for `MatmulInt8`.
     Quantize,
     Embed(GgmlType),
-    Elementwise,
-    Norm,
+    /// The modules below divide, take square roots or exp with exact.wgsl, whose corrections
+    /// use the device's `fma` (`true`) or fma.wgsl's exact one, as `MatmulInt8`.
+    Elementwise(bool),
+    Norm(bool),
     Rope,
-    Attention,
+    Attention(bool),
     /// Attention split over the positions, for few tokens over a long context.
-    AttentionSplit,
+    AttentionSplit(bool),
 }
 
 /// How a kernel binds a buffer.
@@ -86,14 +90,15 @@ impl Module {
                 .flat_map(|&t| [Module::MatmulInt8(t, false), Module::MatmulInt8(t, true)]),
         );
         all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
-        all.extend([
-            Module::Quantize,
-            Module::Elementwise,
-            Module::Norm,
-            Module::Rope,
-            Module::Attention,
-            Module::AttentionSplit,
-        ]);
+        all.extend([Module::Quantize, Module::Rope]);
+        for native_fma in [false, true] {
+            all.extend([
+                Module::Elementwise(native_fma),
+                Module::Norm(native_fma),
+                Module::Attention(native_fma),
+                Module::AttentionSplit(native_fma),
+            ]);
+        }
         all
     }
 
@@ -101,32 +106,29 @@ impl Module {
     pub fn bindings(self) -> &'static [Access] {
         match self {
             Module::Matmul(..) | Module::MatmulInt8(..) | Module::Embed(_) => &[R, R, RW, R],
-            Module::Elementwise => &[RW, R, R, R],
-            Module::Norm => &[RW, R, R, R, RW],
+            Module::Elementwise(_) => &[RW, R, R, R],
+            Module::Norm(_) => &[RW, R, R, R, RW],
             Module::Rope => &[RW, R, R],
             Module::Quantize => &[R, RW, R],
-            Module::Attention => &[R, R, R, RW, RW, RW, R, R],
-            Module::AttentionSplit => &[R, R, R, RW, R, R, RW],
+            Module::Attention(_) => &[R, R, R, RW, RW, RW, R, R],
+            Module::AttentionSplit(_) => &[R, R, R, RW, R, R, RW],
         }
     }
 
     /// The complete WGSL source.
     pub fn source(self) -> String {
-        let body = match self {
-            Module::Matmul(t, false) => return weight_source(&[MATMUL, MATMUL_SHARED], t),
-            Module::Matmul(t, true) => return weight_source(&[MATMUL, MATMUL_SUBGROUP], t),
-            Module::MatmulInt8(t, native_fma) => return int8_source(t, native_fma),
-            Module::Embed(t) => return weight_source(&[EMBED], t),
-            Module::Quantize => return format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{QUANTIZE}"),
-            Module::Elementwise => ELEMENTWISE,
-            Module::Norm => return format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{NORM}"),
-            Module::Rope => ROPE,
-            Module::Attention => return format!("{PRELUDE}\n{ATTENTION_COMMON}\n{ATTENTION}"),
-            Module::AttentionSplit => {
-                return format!("{PRELUDE}\n{ATTENTION_COMMON}\n{ATTENTION_SPLIT}")
-            }
-        };
-        format!("{PRELUDE}\n{body}")
+        match self {
+            Module::Matmul(t, false) => weight_source(&[MATMUL, MATMUL_SHARED], t),
+            Module::Matmul(t, true) => weight_source(&[MATMUL, MATMUL_SUBGROUP], t),
+            Module::MatmulInt8(t, native_fma) => int8_source(t, native_fma),
+            Module::Embed(t) => weight_source(&[EMBED], t),
+            Module::Quantize => format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{QUANTIZE}"),
+            Module::Rope => format!("{PRELUDE}\n{ROPE}"),
+            Module::Elementwise(f) => with_exact(f, &[ELEMENTWISE]),
+            Module::Norm(f) => with_exact(f, &[QUANTIZE_COMMON, DOUBLE_WORD, NORM]),
+            Module::Attention(f) => with_exact(f, &[ATTENTION_COMMON, ATTENTION]),
+            Module::AttentionSplit(f) => with_exact(f, &[ATTENTION_COMMON, ATTENTION_SPLIT]),
+        }
     }
 
     /// Whether the module needs subgroup operations from the device.
@@ -197,6 +199,21 @@ pub fn int8_reader(ty: GgmlType) -> Option<Int8Reader> {
 const NATIVE_FMA: &str =
     "fn fma_rn(a: f32, b: f32, c: f32) -> f32 {\n    return fma(a, b, c);\n}\n";
 
+/// `fma_rn` and exact.wgsl's functions (see [`Module::Elementwise`]).
+pub fn exact_math(native_fma: bool) -> String {
+    let fma = if native_fma { NATIVE_FMA } else { FMA };
+    format!("{fma}\n{EXACT}")
+}
+
+/// The prelude, exact.wgsl and `parts`.
+fn with_exact(native_fma: bool, parts: &[&str]) -> String {
+    format!(
+        "{PRELUDE}\n{}\n{}",
+        exact_math(native_fma),
+        parts.join("\n")
+    )
+}
+
 fn int8_source(ty: GgmlType, native_fma: bool) -> String {
     // Module::all() and the backend only build these modules for INT8_TYPES.
     let Some(r) = int8_reader(ty) else {
@@ -207,6 +224,5 @@ fn int8_source(ty: GgmlType, native_fma: bool) -> String {
         .replace("QBLOCK", &format!("{}u", r.block))
         .replace("QLANE", r.lane)
         .replace("QMINS", r.mins);
-    let fma = if native_fma { NATIVE_FMA } else { FMA };
-    format!("{PRELUDE}\n{DEQUANT}\n{fma}\n{kernel}")
+    format!("{PRELUDE}\n{DEQUANT}\n{}\n{kernel}", exact_math(native_fma))
 }

@@ -133,7 +133,7 @@ impl WgpuBackend {
         ];
         Ok(self.recorder().dispatch(
             &self.gpu,
-            Module::Norm,
+            Module::Norm(self.gpu.info.native_fma),
             entry,
             &binds,
             Grid::Groups(n_groups),

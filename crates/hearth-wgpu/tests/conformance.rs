@@ -6,6 +6,7 @@
 //! project's test script once it has installed lavapipe), which turns that into a failure.
 
 mod common;
+mod norm_model;
 
 use std::sync::Arc;
 
@@ -725,4 +726,149 @@ fn shared_on<B: Backend>(
     outs.iter()
         .map(|t| be.to_host(t).expect("to_host"))
         .collect()
+}
+
+/// `v`'s bits, to compare floats exactly.
+fn bits_of(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+/// How many of `x`'s groups of `group` values a plain f32 sum of squares (the kernel's order)
+/// gives another mean than the CPU's f64 sum.
+fn f32_mean_misses(x: &[f32], group: usize) -> usize {
+    x.chunks(group)
+        .filter(|g| norm_model::f32_tree_mean(g) != norm_model::cpu_mean(g))
+        .count()
+}
+
+/// Positions of the values that differ, and how many.
+fn bit_differences(want: &[f32], got: &[f32]) -> (usize, Vec<usize>) {
+    let bad: Vec<usize> = (0..want.len())
+        .filter(|&i| want[i].to_bits() != got.get(i).map_or(!0, |g| g.to_bits()))
+        .collect();
+    (bad.len(), bad.into_iter().take(8).collect())
+}
+
+/// The norm ops on one backend over `x` ([rows, cols]): each op's name and output, and the
+/// Q8_0 matmul of the copying norm's output (on the device that norm, once a Q8_0 matmul has
+/// run, also quantizes its output, and the matmul reads those blocks).
+fn norms_on<B: Backend>(
+    be: &B,
+    x: &[f32],
+    (rows, cols, head_dim): (usize, usize, usize),
+    norm: &[f32],
+    w: &HostWeight,
+) -> (Vec<(&'static str, Vec<f32>)>, Vec<f32>) {
+    let up = || be.upload(x, rows, cols).expect("upload");
+    let host = |t: &B::Tensor| be.to_host(t).expect("to_host");
+    let nw = be
+        .load_weight(weight("norm", GgmlType::F32, 1, cols, norm))
+        .expect("norm");
+    let hw = be
+        .load_weight(weight(
+            "qnorm",
+            GgmlType::F32,
+            1,
+            head_dim,
+            &norm[..head_dim],
+        ))
+        .expect("norm");
+    let (w_rows, w) = (w.rows, be.load_weight(w.clone()).expect("weight"));
+    let mut out = Vec::new();
+    let mut t = up();
+    be.rms_norm(&mut t, &nw, cols, 1e-6).expect("rms_norm");
+    out.push(("rms_norm", host(&t)));
+    let mut t = up();
+    be.rms_norm(&mut t, &hw, head_dim, 1e-6).expect("rms_norm");
+    out.push(("rms_norm per head", host(&t)));
+    let spec = RopeSpec {
+        kind: RopeKind::Neox,
+        n_rot: head_dim,
+        freq_base: 1e6,
+        freq_scale: 1.0,
+        freq_factors: vec![],
+    };
+    let positions: Vec<u32> = (0..rows as u32).map(|i| 37 * i + 5).collect();
+    let (mut q, mut k) = (up(), up());
+    let rope_rows = RopeRows::at(&positions);
+    be.qk_norm_rope(
+        &mut q,
+        &mut k,
+        Some((&hw, &hw)),
+        rope_rows,
+        head_dim,
+        &spec,
+        1e-6,
+    )
+    .expect("qk_norm_rope");
+    out.push(("qk_norm_rope", host(&q)));
+    let mut mm = be.alloc(rows, w_rows).expect("alloc");
+    be.matmul(&w, &up(), &mut mm).expect("matmul"); // from here on the device's norms quantize
+    let t = be.rms_norm_copy(&up(), &nw, 1e-6).expect("rms_norm_copy");
+    out.push(("rms_norm_copy + Q8_0", host(&t)));
+    be.matmul(&w, &t, &mut mm).expect("matmul");
+    (out, host(&mm))
+}
+
+/// RMSNorm on the device equals the CPU's bit for bit, plain, fused with the Q8_0 quantizer
+/// and fused with rope (QK-norm), on rows of 4096 with heads of 128 and on more rows of 1024
+/// with heads of 64, all rows ones that a plain f32 sum of squares gets wrong (each row's
+/// mean, and over a quarter of the heads': checked here).
+#[test]
+fn norms_equal_cpu_bit_for_bit() {
+    let Some(g) = gpu() else { return };
+    let mut failures = Vec::new();
+    for (shape, seed) in [((8, 4096, 128), 11), ((128, 1024, 64), 12)] {
+        failures.extend(check_norms(&g, shape, seed));
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// [`norms_equal_cpu_bit_for_bit`] on `rows` rows of `cols` with heads of `head_dim`: what
+/// differs from the CPU.
+fn check_norms(
+    g: &WgpuBackend,
+    (rows, cols, head_dim): (usize, usize, usize),
+    seed: u64,
+) -> Vec<String> {
+    // Rows whose mean a plain f32 sum of squares gets wrong, so that the test can fail.
+    let mut rng = norm_model::Rng(0xace0_f5ca_1e5e_ed00 + seed);
+    let x: Vec<f32> = (0..)
+        .map(|i| norm_model::stress_row(&mut rng, cols, i))
+        .filter(|r| f32_mean_misses(r, cols) == 1)
+        .take(rows)
+        .flatten()
+        .collect();
+    let heads = x.len() / head_dim;
+    let head_misses = f32_mean_misses(&x, head_dim);
+    eprintln!(
+        "[{rows}, {cols}]: plain f32 sums give other means in every row, \
+         {head_misses}/{heads} heads of {head_dim}"
+    );
+    assert!(head_misses >= heads / 4, "heads too easy");
+    let mut srng = StdRng::seed_from_u64(seed);
+    let norm = random(&mut srng, cols);
+    let w = weight("w", GgmlType::Q8_0, 32, cols, &random(&mut srng, 32 * cols));
+    let shape = (rows, cols, head_dim);
+    let (want, _) = norms_on(&cpu(), &x, shape, &norm, &w);
+    let (got, fused_mm) = norms_on(g, &x, shape, &norm, &w);
+    let mut failures = Vec::new();
+    for ((name, w), (_, o)) in want.iter().zip(&got) {
+        let (n, first) = bit_differences(w, o);
+        eprintln!("{name:>22}: {n}/{} values differ from the CPU's", w.len());
+        if n > 0 {
+            failures.push(format!(
+                "[{rows}, {cols}] {name}: {n} differ, first at {first:?}"
+            ));
+        }
+    }
+    // The fused norm's Q8_0 blocks are those the device makes of the CPU's normed values
+    // (activation_quantization_equals_cpu: the CPU's blocks).
+    let apart = matmul_on(g, w, &want[0].1, rows, false);
+    if bits_of(&fused_mm) != bits_of(&apart) {
+        failures.push(format!(
+            "[{rows}, {cols}]: matmul of the fused norm's blocks"
+        ));
+    }
+    failures
 }

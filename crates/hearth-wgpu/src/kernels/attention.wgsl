@@ -70,10 +70,10 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
     for (var j = sp.x + lid; j <= sp.y; j += 64u) {
         let s = score(kv_head, table, j);
         if (s > m) {
-            l = l * exp(m - s) + 1.0;
+            l = keep(l * exp_rn(m - s)) + 1.0;
             m = s;
         } else {
-            l += exp(s - m);
+            l += exp_rn(s - m);
         }
     }
     red_m[lid] = m;
@@ -82,13 +82,14 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
     for (var s = 32u; s > 0u; s >>= 1u) {
         if (lid < s) {
             let m2 = max(red_m[lid], red_m[lid + s]);
-            red_l[lid] = red_l[lid] * exp(red_m[lid] - m2) + red_l[lid + s] * exp(red_m[lid + s] - m2);
+            red_l[lid] = keep(red_l[lid] * exp_rn(red_m[lid] - m2))
+                + keep(red_l[lid + s] * exp_rn(red_m[lid + s] - m2));
             red_m[lid] = m2;
         }
         workgroupBarrier();
     }
     let big_m = red_m[0];
-    let inv_l = 1.0 / red_l[0];
+    let inv_l = div_rn(1.0, red_l[0]);
 
     // Pass 2: f16-rounded weights times values, 64 positions at a time.
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
@@ -97,7 +98,7 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
         let j = j0 + lid;
         var wj = 0.0;
         if (j <= sp.y) {
-            wj = f16_round(exp(score(kv_head, table, j) - big_m) * inv_l);
+            wj = f16_round(exp_rn(score(kv_head, table, j) - big_m) * inv_l);
         }
         weights[lid] = wj;
         workgroupBarrier();
@@ -108,7 +109,7 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
                 let d = lid + 64u * r;
                 if (d < hd) {
                     let pair = unpack2x16float(vc[base + d / 2u]);
-                    acc[r] += weights[jj] * select(pair.x, pair.y, (d & 1u) == 1u);
+                    acc[r] += keep(weights[jj] * select(pair.x, pair.y, (d & 1u) == 1u));
                 }
             }
         }

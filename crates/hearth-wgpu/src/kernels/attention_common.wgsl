@@ -15,6 +15,7 @@ struct AttnParams {
     n_chunks: u32, // attention_split: chunks of 64 positions per (token, head)
     ml_at: u32,    // attention_split: where the chunks' (max, sum) pairs start in `part`
     acc_at: u32,   // attention_split: where the chunks' weighted value sums start in `part`
+    zero: u32,     // 0, for `keep`
 }
 
 var<workgroup> qs: array<f32, 256>; // the query of the workgroup's head, f16-rounded
@@ -31,11 +32,11 @@ fn score(kv_head: u32, table: u32, j: u32) -> f32 {
     var s = 0.0;
     for (var d = 0u; d < p.head_dim / 2u; d++) {
         let kk = unpack2x16float(kc[base + d]);
-        s += qs[2u * d] * kk.x + qs[2u * d + 1u] * kk.y;
+        s += keep(qs[2u * d] * kk.x) + keep(qs[2u * d + 1u] * kk.y);
     }
     s *= p.scale;
     if (p.softcap > 0.0) {
-        s = p.softcap * tanh(s / p.softcap);
+        s = keep(p.softcap * tanh(div_rn(s, p.softcap)));
     }
     return s;
 }

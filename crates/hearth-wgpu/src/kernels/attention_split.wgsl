@@ -81,7 +81,7 @@ fn attn_split_scores(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgrou
     let m = red_m[0];
     var e = 0.0;
     if (s > NEG_BIG) {
-        e = exp(s - m);
+        e = exp_rn(s - m);
     }
     red_l[lid] = e;
     workgroupBarrier();
@@ -117,16 +117,16 @@ fn attn_split_values(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgrou
         let lc = part[p.ml_at + 2u * (first_chunk + c) + 1u];
         if (lc > 0.0) {
             let m2 = max(big_m, mc);
-            l = l * exp(big_m - m2) + lc * exp(mc - m2);
+            l = keep(l * exp_rn(big_m - m2)) + keep(lc * exp_rn(mc - m2));
             big_m = m2;
         }
     }
-    let inv_l = 1.0 / l;
+    let inv_l = div_rn(1.0, l);
     let start = j.first + 64u * j.c;
     let s = part[64u * chunk_index(j) + lid];
     var wj = 0.0;
     if (s > NEG_BIG) {
-        wj = f16_round(exp(s - big_m) * inv_l);
+        wj = f16_round(exp_rn(s - big_m) * inv_l);
     }
     weights[lid] = wj;
     workgroupBarrier();
@@ -144,7 +144,7 @@ fn attn_split_values(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgrou
             let d = lid + 64u * r;
             if (d < hd) {
                 let pair = unpack2x16float(vc[base + d / 2u]);
-                acc[r] += weights[jj] * select(pair.x, pair.y, (d & 1u) == 1u);
+                acc[r] += keep(weights[jj] * select(pair.x, pair.y, (d & 1u) == 1u));
             }
         }
     }

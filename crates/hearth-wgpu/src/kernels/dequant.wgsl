@@ -42,7 +42,7 @@ fn deq_q4_0(b: u32, j: u32) -> f32 {
 // Q4_1: f16 d, f16 m, nibbles as Q4_0.
 fn deq_q4_1(b: u32, j: u32) -> f32 {
     let q = (byte_at(b + 4u + (j & 15u)) >> ((j >> 4u) * 4u)) & 15u;
-    return half_at(b) * f32(q) + half_at(b + 2u);
+    return keep(half_at(b) * f32(q)) + half_at(b + 2u);
 }
 
 // Q5_0: f16 d, u32 of high bits (bit j for element j), nibbles as Q4_0.
@@ -67,7 +67,7 @@ fn deq_q4_k(b: u32, j: u32) -> f32 {
     let g = j / 32u;
     let sm = scale_min_k4(b + 4u, g);
     let q = (byte_at(b + 16u + 32u * (g / 2u) + (j % 32u)) >> (4u * (g % 2u))) & 15u;
-    return half_at(b) * sm.x * f32(q) - half_at(b + 2u) * sm.y;
+    return keep(half_at(b) * sm.x * f32(q)) - keep(half_at(b + 2u) * sm.y);
 }
 
 // Q5_K: Q4_K plus 32 bytes of high bits (bit g of byte l) before the nibbles.
@@ -77,7 +77,7 @@ fn deq_q5_k(b: u32, j: u32) -> f32 {
     let sm = scale_min_k4(b + 4u, g);
     let low = (byte_at(b + 48u + 32u * (g / 2u) + l) >> (4u * (g % 2u))) & 15u;
     let high = (byte_at(b + 16u + l) >> g) & 1u;
-    return half_at(b) * sm.x * f32(low | (high << 4u)) - half_at(b + 2u) * sm.y;
+    return keep(half_at(b) * sm.x * f32(low | (high << 4u))) - keep(half_at(b + 2u) * sm.y);
 }
 
 // Q6_K: 128 bytes low nibbles, 64 bytes high 2-bit pairs, 16 × i8 scales, f16 d.

@@ -1,10 +1,11 @@
-// Element-wise ops over f32 tensors; one thread per output value.
+// Element-wise ops over f32 tensors; one thread per output value. Divisions and exp are
+// exact.wgsl's, so that the results have the CPU's bits on any device.
 
 struct EwParams {
     n: u32,    // values to write
     cols: u32, // row length (gather_rows)
     s: f32,    // factor (scale)
-    _pad: u32,
+    zero: u32, // 0, for `keep`
 }
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
@@ -49,7 +50,7 @@ fn glu_silu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     let i = flat_thread(gid, nwg);
     if (i < p.n) {
         let g = x[i];
-        x[i] = g / (1.0 + exp(-g)) * y[i];
+        x[i] = silu_rn(g) * y[i];
     }
 }
 
@@ -65,7 +66,7 @@ fn glu_gelu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
             a = 0.0;
         } else if (g < 10.0) {
             let h = f16_round(g);
-            let t = tanh(0.7978846 * h * (1.0 + 0.044715 * h * h));
+            let t = tanh(0.7978846 * h * (1.0 + keep(0.044715 * h * h)));
             a = f16_round(0.5 * h * (1.0 + t));
         }
         x[i] = a * y[i];
@@ -89,9 +90,9 @@ fn quant_q8_0(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
     }
     var id = 0.0;
     if (amax != 0.0) {
-        id = 127.0 / amax;
+        id = div_rn(127.0, amax);
     }
-    let d = f16_round(amax / 127.0);
+    let d = f16_round(div_rn(amax, 127.0));
     for (var i = 0u; i < 32u; i++) {
         x[32u * b + i] = d * round(y[32u * b + i] * id);
     }
@@ -120,8 +121,8 @@ fn quant_q8_k(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
         }
         return;
     }
-    let iscale = -127.0 / mx;
-    let d = 1.0 / iscale;
+    let iscale = div_rn(-127.0, mx);
+    let d = div_rn(1.0, iscale);
     for (var i = 0u; i < 256u; i++) {
         x[256u * b + i] = d * min(127.0, round(iscale * y[256u * b + i]));
     }

@@ -8,7 +8,7 @@ struct EmbedParams {
     row_bytes: u32,
     row0: u32,
     part_rows: u32,
-    _pad0: u32,
+    zero: u32, // 0, for `keep`
     _pad1: u32,
     _pad2: u32,
 }

@@ -13,7 +13,7 @@ struct MatParams {
     accumulate: u32,
     row0: u32,      // the output feature of w's first row
     part_rows: u32, // rows of w
-    _pad: u32,
+    zero: u32,      // 0, for `keep`
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;       // [part_rows] rows of blocks

@@ -37,7 +37,7 @@ struct MatParams {
     // row0 .. row0 + part_rows of the `rows`.
     row0: u32,
     part_rows: u32,
-    _pad0: u32,
+    zero: u32, // 0, for `keep`
     _pad1: u32,
     _pad2: u32,
 }
@@ -211,8 +211,7 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: ve
             sum += y[o];
         } else if (p.epilogue == 2u) {
             // As elementwise.wgsl's glu_silu, so that the bits are the unfused ones.
-            let g = y[o];
-            sum = g / (1.0 + exp(-g)) * sum;
+            sum = silu_rn(y[o]) * sum;
         }
         y[o] = sum;
     }

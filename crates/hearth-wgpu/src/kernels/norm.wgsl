@@ -5,7 +5,9 @@
 // in `aux` (QK-norm then rotary embedding of one head: one dispatch instead of two), and
 // `rms_norm_to_q8` as `rms_norm_to`, then quantizes the row to Q8_0 blocks in `q` for the
 // 8-bit matmuls that read it (quantize.wgsl's layout; one dispatch instead of two). Each value
-// goes through the same steps as in the separate kernels, so the bits are theirs.
+// goes through the same steps as in the separate kernels, so the bits are theirs; each step is
+// one IEEE operation, as on the CPU (`keep`, `div_rn`, `sqrt_rn`: see exact.wgsl), and the
+// mean of squares is the CPU's f64 one rounded to f32 (see `inv_rms`).
 
 struct NormParams {
     group: u32,
@@ -15,7 +17,7 @@ struct NormParams {
     heads: u32, // rms_norm_rope: groups per token
     neox: u32,  // rms_norm_rope: 1: pairs (i, i + half); 0: pairs (2i, 2i + 1)
     q_scales: u32, // rms_norm_to_q8: first word of the block scales in q
-    _pad1: u32,
+    zero: u32, // 0, for `keep`
 }
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
@@ -24,7 +26,7 @@ struct NormParams {
 @group(0) @binding(3) var<storage, read> aux: array<f32>; // source values, or [n_tokens, half, 2]
 @group(0) @binding(4) var<storage, read_write> q: array<u32>; // rms_norm_to_q8: Q8_0 blocks of x
 
-var<workgroup> sums: array<f32, 64>;
+var<workgroup> sums: array<vec2<f32>, 64>; // double words (double_word.wgsl)
 
 // Value i of the input: from `aux` or from `x` itself.
 fn input(i: u32, from_aux: bool) -> f32 {
@@ -35,23 +37,30 @@ fn input(i: u32, from_aux: bool) -> f32 {
 }
 
 // 1 / rms of the group from `base` on (every thread of the workgroup calls it).
+//
+// NOTE: the CPU rounds (f64 Σ v²) / group to f32 once; an f32 sum would be off by several
+// ulp of that mean. Here the squares are exact double words, each addition (per thread, then
+// in the tree) rounds to ~2^-48, and the mean then rounds as the CPU's does except where it
+// lies within ~2^-40 of a midpoint between two floats (tests/norm_exact.rs), for values below
+// 2^63 (above, the square overflows f32 where the CPU's f64 does not). From there on, one
+// IEEE step each, as on the CPU.
 fn inv_rms(base: u32, live: bool, lid: u32, from_aux: bool) -> f32 {
-    var acc = 0.0;
+    var acc = vec2<f32>(0.0, 0.0);
     if (live) {
         for (var i = lid; i < p.group; i += 64u) {
-            let v = input(base + i, from_aux);
-            acc += v * v;
+            acc = dw_add(acc, square_exact(input(base + i, from_aux)));
         }
     }
     sums[lid] = acc;
     workgroupBarrier();
     for (var s = 32u; s > 0u; s >>= 1u) {
         if (lid < s) {
-            sums[lid] += sums[lid + s];
+            sums[lid] = dw_add(sums[lid], sums[lid + s]);
         }
         workgroupBarrier();
     }
-    return 1.0 / sqrt(sums[0] / f32(p.group) + p.eps);
+    let mean = dw_div_rn(sums[0], f32(p.group));
+    return div_rn(1.0, sqrt_rn(mean + p.eps));
 }
 
 fn norm_group(g: u32, lid: u32, from_aux: bool) {
@@ -116,8 +125,8 @@ fn rms_norm_rope(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
         let x1 = x[base + b] * inv * wt[b];
         let c = aux[2u * (t * p.half + k)];
         let s = aux[2u * (t * p.half + k) + 1u];
-        x[base + a] = x0 * c - x1 * s;
-        x[base + b] = x0 * s + x1 * c;
+        x[base + a] = keep(x0 * c) - keep(x1 * s);
+        x[base + b] = keep(x0 * s) + keep(x1 * c);
     }
     for (var i = 2u * p.half + lid; i < p.group; i += 64u) {
         x[base + i] = x[base + i] * inv * wt[i];

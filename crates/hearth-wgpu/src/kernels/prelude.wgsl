@@ -20,7 +20,7 @@ fn flat_group(wg: vec3<u32>, nwg: vec3<u32>) -> u32 {
 // tenths. Normal range: round the f32 mantissa to 10 bits; subnormal f16: to multiples of 2^-24.
 fn f16_round(v: f32) -> f32 {
     if (abs(v) < 6.1035156e-5) {
-        return round(v * 16777216.0) / 16777216.0;
+        return round(v * 16777216.0) * 5.9604645e-8; // × 2^-24: exact, where `/` need not be
     }
     let b = bitcast<u32>(v);
     return bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);
@@ -29,4 +29,17 @@ fn f16_round(v: f32) -> f32 {
 // Two values rounded to f16 (ties to even) and packed into one word.
 fn pack_f16(a: f32, b: f32) -> u32 {
     return pack2x16float(vec2<f32>(f16_round(a), f16_round(b)));
+}
+
+// `v`, opaque to the shader compiler: `keep(a * b) + c` is a rounded product, then a rounded
+// sum, on every device.
+//
+// NOTE: naga's SPIR-V carries no NoContraction, and Vulkan and Metal compilers may fuse
+// `a * b + c` into one multiply-add (NVIDIA's does): one rounding fewer, so other bits than
+// the CPU's, which rounds twice. ORing in `p.zero` (a parameter word the host sets to 0; every
+// kernel's parameter struct has one) is a no-op the compiler cannot prove, so the product must
+// be rounded on its own. A constant or a `var<private>` zero would be folded away. Costs one
+// integer OR (and one uniform load per kernel); used only where a product meets an add.
+fn keep(v: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(v) | p.zero);
 }

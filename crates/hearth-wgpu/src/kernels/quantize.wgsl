@@ -12,8 +12,8 @@
 //
 // NOTE: WGSL's `/` is only accurate to 2.5 ulp (GPUs multiply by an approximate reciprocal),
 // and one ulp in `127 / amax` moves a value that sits near a rounding tie to the other
-// integer. The scales are therefore divided in integer arithmetic (`div_rn`), correctly rounded
-// as the CPU's `/` is. Inputs are assumed finite; f32 subnormal activations may be flushed to
+// integer. The scales are therefore divided in integer arithmetic (`div_long_rn`), correctly
+// rounded as the CPU's `/` is. Inputs are assumed finite; f32 subnormal activations may be flushed to
 // zero by a device (Vulkan allows it), where the CPU keeps them.
 
 // The division and the Q8_0 block quantizer are in quantize_common.wgsl (norm.wgsl uses them
@@ -23,7 +23,7 @@ struct QuantParams {
     n: u32,      // blocks
     scales: u32, // first word of the scales in q
     sums: u32,   // first word of the Q8_K group sums in q
-    _pad: u32,
+    zero: u32, // 0, for `keep`
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;        // [n_tokens, cols]
@@ -61,8 +61,8 @@ fn quantize_q8_k(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
     var iscale = 0.0;
     var d = 0.0;
     if (amax != 0.0) {
-        let mag = div_rn(127.0, amax);
-        let inv = div_rn(1.0, mag);
+        let mag = div_long_rn(127.0, amax);
+        let inv = div_long_rn(1.0, mag);
         iscale = select(mag, -mag, mx > 0.0);
         d = select(inv, -inv, mx > 0.0);
     }

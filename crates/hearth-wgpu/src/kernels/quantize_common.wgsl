@@ -18,7 +18,7 @@ fn unpack_pos(v: f32) -> vec2<i32> {
 // `a / b` rounded to nearest, ties to even, for positive finite a and b: long division of the
 // 24-bit significands. Quotients below the normal range give 0 (the callers round them to an
 // f16 or multiply by them: 0 either way) and above it +inf, as IEEE division overflows.
-fn div_rn(a: f32, b: f32) -> f32 {
+fn div_long_rn(a: f32, b: f32) -> f32 {
     let ua = unpack_pos(a);
     let ub = unpack_pos(b);
     var r = u32(ua.x);
@@ -71,8 +71,8 @@ fn quantize_block_q8_0(b: u32, scales: u32) {
     var id = 0.0;
     var d = 0.0;
     if (amax != 0.0) {
-        id = div_rn(127.0, amax);
-        d = f16_round(div_rn(amax, 127.0));
+        id = div_long_rn(127.0, amax);
+        d = f16_round(div_long_rn(amax, 127.0));
     }
     for (var k = 0u; k < 8u; k++) {
         var word = 0u;

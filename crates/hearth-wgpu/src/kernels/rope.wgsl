@@ -9,7 +9,7 @@ struct RopeParams {
     heads: u32,    // cols / head_dim
     neox: u32,     // 1: pairs (i, i + half); 0: pairs (2i, 2i + 1)
     _pad0: u32,
-    _pad1: u32,
+    zero: u32, // 0, for `keep`
 }
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
@@ -37,6 +37,6 @@ fn rope(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let s = cs[2u * (t * p.half + k) + 1u];
     let x0 = x[a];
     let x1 = x[b];
-    x[a] = x0 * c - x1 * s;
-    x[b] = x0 * s + x1 * c;
+    x[a] = keep(x0 * c) - keep(x1 * s);
+    x[b] = keep(x0 * s) + keep(x1 * c);
 }
