@@ -4,7 +4,7 @@
 # and carried in .device-bin/.
 #   1. the wgpu op conformance table against the CPU (where the adapter's fma is fused, the
 #      8-bit matmuls use it and must give the CPU's bits), then the golden model tests on the
-#      tiny Qwen3 f16 and Q8_0 fixtures with HEARTH_TEST_DEVICE=wgpu;
+#      tiny Qwen3 f16 and Q8_0 fixtures (logits and greedy) with HEARTH_TEST_DEVICE=wgpu;
 #   2. a real-shape synthetic Qwen3-0.6B (synth_gguf.py, carried), quantized by hearth to Q8_0,
 #      benchmarked with `hearth bench --device wgpu` and `--device cuda`.
 # The Vulkan loader is not installed there: carry its Debian packages in .gl/ (see the device
@@ -33,10 +33,10 @@ HEARTH_REQUIRE_WGPU=1 "$bin/test-wgpu-conformance" --test-threads=1 --nocapture 
   tee "$out/conformance-wgpu.log" | grep -E "^running on|fused|^test |test result|panicked" ||
   status=1
 
-echo "== golden tests on wgpu (tiny Qwen3 f16 and Q8_0 fixtures)"
+echo "== golden tests on wgpu (tiny Qwen3 f16 and Q8_0 fixtures, logits and greedy)"
 HEARTH_TEST_DEVICE=wgpu HEARTH_REQUIRE_WGPU=1 "$bin/test-engine-golden_models" qwen3_tiny_f16 \
-  qwen3_tiny_q8_0_logits --test-threads=1 2>&1 | tee "$out/golden-wgpu.log" |
-  grep -E "^test |test result|panicked" || status=1
+  qwen3_tiny_q8_0 --test-threads=1 --nocapture 2>&1 | tee "$out/golden-wgpu.log" |
+  grep -E "^test |test result|panicked|worst|position" || status=1
 
 export PYTHONPATH=$work/py
 python3 -c 'import gguf' 2>/dev/null ||
