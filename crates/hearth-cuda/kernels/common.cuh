@@ -40,3 +40,14 @@ __device__ __forceinline__ float warp_sum(float v) {
     }
     return v;
 }
+
+// 6-bit scale and min of group g (0..8) of a Q4_K / Q5_K block's packed scales.
+__device__ __forceinline__ void scale_min_k4(const u8* sc, int g, int& scale, int& min) {
+    if (g < 4) {
+        scale = sc[g] & 63;
+        min = sc[g + 4] & 63;
+    } else {
+        scale = (sc[g + 4] & 15) | ((sc[g - 4] >> 6) << 4);
+        min = (sc[g + 4] >> 4) | ((sc[g] >> 6) << 4);
+    }
+}

@@ -43,17 +43,6 @@ __device__ __forceinline__ void block_shape(int t, int& qk, int& bytes) {
     }
 }
 
-// 6-bit scale and min of group g (0..8) of a Q4_K / Q5_K block's packed scales.
-__device__ __forceinline__ void scale_min_k4(const u8* sc, int g, int& scale, int& min) {
-    if (g < 4) {
-        scale = sc[g] & 63;
-        min = sc[g + 4] & 63;
-    } else {
-        scale = (sc[g + 4] & 15) | ((sc[g - 4] >> 6) << 4);
-        min = (sc[g + 4] >> 4) | ((sc[g] >> 6) << 4);
-    }
-}
-
 __constant__ float IQ4NL_VALUES[16] = {-127.f, -104.f, -83.f, -65.f, -49.f, -35.f, -22.f, -10.f,
                                        1.f,    13.f,   25.f,  38.f,  53.f,  69.f,  89.f,  113.f};
 

@@ -89,13 +89,7 @@ struct BlockQ4_K {
         const int g = lane >> 2;
         const u8* sc = b + 4;
         int scale, min;
-        if (g < 4) {
-            scale = sc[g] & 63;
-            min = sc[g + 4] & 63;
-        } else {
-            scale = (sc[g + 4] & 15) | ((sc[g - 4] >> 6) << 4);
-            min = (sc[g + 4] >> 4) | ((sc[g] >> 6) << 4);
-        }
+        scale_min_k4(sc, g, scale, min);
         // NOTE: 144-byte blocks keep every row 16-byte aligned, so the window holds blocks at
         // 16-byte boundaries and this 8-byte load is aligned.
         const uint2 q8 = *reinterpret_cast<const uint2*>(b + 16 + 32 * (g >> 1) + 8 * (lane & 3));

@@ -111,13 +111,7 @@ struct Q8aQ4_K {
     __device__ static __forceinline__ float dot(const u8* b, const uint4* xv, float2 ds, int g) {
         const u8* sc = b + 4;
         int scale, min;
-        if (g < 4) {
-            scale = sc[g] & 63;
-            min = sc[g + 4] & 63;
-        } else {
-            scale = (sc[g + 4] & 15) | ((sc[g - 4] >> 6) << 4);
-            min = (sc[g + 4] >> 4) | ((sc[g] >> 6) << 4);
-        }
+        scale_min_k4(sc, g, scale, min);
         const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (g >> 1));
         const int shift = 4 * (g & 1);
         int s = 0;

@@ -84,13 +84,7 @@ struct MmqQ4_K {
         const int j = g % 8;
         const u8* sc = b + 4;
         int scale, min;
-        if (j < 4) {
-            scale = sc[j] & 63;
-            min = sc[j + 4] & 63;
-        } else {
-            scale = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
-            min = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-        }
+        scale_min_k4(sc, j, scale, min);
         s.dw = load_half(b) * (float)scale;
         s.mw = load_half(b + 2) * (float)min;
         const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (j / 2));

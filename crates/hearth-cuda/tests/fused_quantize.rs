@@ -7,13 +7,8 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::gpu;
-use hearth_backend::{
-    Activation, AttnBatch, AttnParams, AttnSeq, Backend, HostWeight, KvSpec, KvType,
-};
-use hearth_cuda::reference::random_weights;
+use common::{gpu, random_host_weight};
+use hearth_backend::{Activation, AttnBatch, AttnParams, AttnSeq, Backend, KvSpec, KvType};
 use hearth_cuda::CudaBackend;
 use hearth_quant::GgmlType;
 use rand::{Rng, SeedableRng};
@@ -28,16 +23,8 @@ const TYPES: [GgmlType; 4] = [
 type Weight = <CudaBackend as Backend>::Weight;
 
 fn weight(gpu: &CudaBackend, ty: GgmlType, rows: usize, cols: usize, rng: &mut impl Rng) -> Weight {
-    let data = random_weights(ty, rows, cols, rng);
-    let w = HostWeight {
-        name: "w".into(),
-        ty,
-        rows,
-        cols,
-        data: Arc::new(data),
-        mlx: None,
-    };
-    gpu.load_weight(w).expect("load")
+    gpu.load_weight(random_host_weight(ty, rows, cols, rng))
+        .expect("load")
 }
 
 fn random_rows(n: usize, cols: usize, rng: &mut impl Rng) -> Vec<f32> {

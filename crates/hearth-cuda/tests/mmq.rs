@@ -5,12 +5,9 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::gpu;
+use common::{gpu, random_host_weight};
 use hearth_backend::cpu::CpuBackend;
-use hearth_backend::{Backend, HostWeight};
-use hearth_cuda::reference::random_weights;
+use hearth_backend::Backend;
 use hearth_quant::GgmlType;
 use rand::{Rng, SeedableRng};
 
@@ -62,15 +59,7 @@ fn mmq_matches_the_gemv_and_the_cpu() {
         (GgmlType::Q4_K, 200, 1280),
     ];
     for (ty, rows, cols) in cases {
-        let data = random_weights(ty, rows, cols, &mut rng);
-        let host = HostWeight {
-            name: "w".into(),
-            ty,
-            rows,
-            cols,
-            data: Arc::new(data),
-            mlx: None,
-        };
+        let host = random_host_weight(ty, rows, cols, &mut rng);
         let w_gpu = gpu.load_weight(host.clone()).expect("load");
         let w_cpu = cpu.load_weight(host).expect("load");
         // 5 to 48 tokens take MMQ (see backend/mmq.rs); 33 and 48 end inside a token tile.

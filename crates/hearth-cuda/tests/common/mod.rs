@@ -2,7 +2,13 @@
 
 use std::io::Write;
 
+use std::sync::Arc;
+
+use hearth_backend::HostWeight;
+use hearth_cuda::reference::random_weights;
 use hearth_cuda::{probe, CudaBackend};
+use hearth_quant::GgmlType;
+use rand::Rng;
 
 /// The CUDA backend on GPU 0, or None after printing why the test is skipped (written to the
 /// stderr handle, which the test harness does not capture: CI's log must show the skip).
@@ -12,4 +18,22 @@ pub fn gpu() -> Option<CudaBackend> {
         return None;
     }
     Some(CudaBackend::open(0).expect("the GPU probed fine but could not be opened"))
+}
+
+/// A random `rows` x `cols` weight of type `ty` on the host.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn random_host_weight(
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    rng: &mut impl Rng,
+) -> HostWeight {
+    HostWeight {
+        name: "w".into(),
+        ty,
+        rows,
+        cols,
+        data: Arc::new(random_weights(ty, rows, cols, rng)),
+        mlx: None,
+    }
 }
