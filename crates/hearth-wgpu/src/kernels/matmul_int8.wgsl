@@ -11,8 +11,8 @@
 //             acc[k % 2]_l = fma(d_w · d_x, f32(L_l), acc[k % 2]_l)
 //  result:    v_l = acc0_l + acc1_l;  s_i = v_i + v_(i+4);  (s_0 + s_2) + (s_1 + s_3)
 // ```
-// (Q4_K also keeps 8 lanes of its mins, over every block, and subtracts their sum the same
-// way.) Here 16 threads run the 16 chains of one (row, token) job, 4 jobs per workgroup, and
+// (Q4_K and Q5_K also keep 8 lanes of their mins, over every block, and subtract their sum
+// the same way.) Here 16 threads run the 16 chains of one (row, token) job, 4 jobs per workgroup, and
 // the first thread of each job adds the lanes up in that order. QLANE(b, l, t, k) gives
 // `(d_w · d_x, f32(L_l))` for the weight block at byte b; QMINS the mins chain.
 //
@@ -107,13 +107,14 @@ fn lane_q4_k(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
     return vec2<f32>(act_scale(t, k, 256u) * half_at(b), f32(li));
 }
 
-// The Q4_K mins of lane g over the whole row: fma(d_x · dmin, m_g · (sum of group g's
-// activation quants), acc) block after block.
-fn mins_q4_k(row: u32, g: u32, t: u32) -> f32 {
+// The Q4_K / Q5_K mins of lane g over the whole row (both keep d, dmin and the 12 scale
+// bytes at the start of a block): fma(d_x · dmin, m_g · (sum of group g's activation quants),
+// acc) block after block.
+fn mins_k4(row: u32, g: u32, t: u32) -> f32 {
     let nb = p.cols / 256u;
     var acc = 0.0;
     for (var k = 0u; k < nb; k++) {
-        let b = row * p.row_bytes + 144u * k;
+        let b = row * p.row_bytes + QBLOCK_BYTES * k;
         let s = p.x_sums + 16u * (t * nb + k) + 2u * g;
         let gsum = bitcast<i32>(x[s]) + bitcast<i32>(x[s + 1u]);
         let li = i32(scale_min_k4(b + 4u, g).y) * gsum;
@@ -124,6 +125,26 @@ fn mins_q4_k(row: u32, g: u32, t: u32) -> f32 {
 
 fn no_mins(row: u32, g: u32, t: u32) -> f32 {
     return 0.0;
+}
+
+// Q5_K: Q4_K's fields with 32 bytes of high bits after the scales (b + 16), then the 128
+// nibble bytes (b + 48). Element i of chunk j takes bit 2j (low nibbles) or 2j + 1 (high
+// ones) of high-bit byte i as its bit 4, so the quants are 0..31: dotted as i8 they are
+// exact, and the CPU's `vpmaddubsw` pairs (at most 2 · 31 · 128) never saturate.
+fn lane_q5_k(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
+    let xq = act_q(t, 256u * k) + l;
+    let qh = w[(b + 16u) / 4u + l];
+    var li = 0;
+    for (var j = 0u; j < 4u; j++) {
+        let q = w[(b + 48u + 32u * j) / 4u + l];
+        let h0 = ((qh >> (2u * j)) & 0x01010101u) << 4u;
+        let h1 = ((qh >> (2u * j + 1u)) & 0x01010101u) << 4u;
+        let s0 = i32(scale_min_k4(b + 4u, 2u * j).x);
+        let s1 = i32(scale_min_k4(b + 4u, 2u * j + 1u).x);
+        li += s0 * dot4I8Packed((q & 0x0f0f0f0fu) | h0, x[xq + 16u * j]);
+        li += s1 * dot4I8Packed(((q >> 4u) & 0x0f0f0f0fu) | h1, x[xq + 16u * j + 8u]);
+    }
+    return vec2<f32>(act_scale(t, k, 256u) * half_at(b), f32(li));
 }
 
 // Q6_K: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 × i8 scales (groups of 16),
