@@ -42,6 +42,7 @@ pub const WEIGHT_TYPES: &[GgmlType] = &[
 pub const INT8_TYPES: &[GgmlType] = &[
     GgmlType::Q8_0,
     GgmlType::Q4_0,
+    GgmlType::Q5_0,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
@@ -183,6 +184,7 @@ pub fn int8_reader(ty: GgmlType) -> Option<Int8Reader> {
     let (block, block_bytes, lane, mins, act) = match ty {
         GgmlType::Q8_0 => (32, 34, "lane_q8_0", "no_mins", GgmlType::Q8_0),
         GgmlType::Q4_0 => (32, 18, "lane_q4_0", "no_mins", GgmlType::Q8_0),
+        GgmlType::Q5_0 => (32, 22, "lane_q5_0", "no_mins", GgmlType::Q8_0),
         GgmlType::Q4_K => (256, 144, "lane_q4_k", "mins_k4", GgmlType::Q8_K),
         GgmlType::Q5_K => (256, 176, "lane_q5_k", "mins_k4", GgmlType::Q8_K),
         GgmlType::Q6_K => (256, 210, "lane_q6_k", "no_mins", GgmlType::Q8_K),

@@ -12,9 +12,10 @@
 //  result:    v_l = acc0_l + acc1_l;  s_i = v_i + v_(i+4);  (s_0 + s_2) + (s_1 + s_3)
 // ```
 // (Q4_K and Q5_K also keep 8 lanes of their mins, over every block, and subtract their sum
-// the same way.) Here 16 threads run the 16 chains of one (row, token) job, 4 jobs per workgroup, and
-// the first thread of each job adds the lanes up in that order. QLANE(b, l, t, k) gives
-// `(d_w · d_x, f32(L_l))` for the weight block at byte b; QMINS the mins chain.
+// the same way.) Here 16 threads run the 16 chains of one (row, token) job, 4 jobs per
+// workgroup, and the first thread of each job adds the lanes up in that order.
+// QLANE(b, l, t, k) gives `(d_w · d_x, f32(L_l))` for the weight block at byte b; QMINS the
+// mins chain.
 //
 // NOTE: `dot4I8Packed` is core WGSL (the packed_4x8_integer_dot_product language extension).
 // naga emits SPIR-V's OpSDot where the device has VK_KHR_shader_integer_dot_product (Vulkan
@@ -51,7 +52,7 @@ const JOBS: u32 = 4u;                  // (row, token) outputs per workgroup
 var<workgroup> chains: array<f32, 64>; // [JOBS, 2 (block parity), 8 lanes]
 var<workgroup> mins: array<f32, 32>;   // [JOBS, 8 lanes]
 
-// The 4 bytes of w from byte i on (i even: blocks of 18, 34 or 210 bytes start at any even
+// The 4 bytes of w from byte i on (i even: blocks of 18, 22, 34 or 210 bytes start at any even
 // byte, so their fields may straddle two words).
 fn word_at2(i: u32) -> u32 {
     let k = i >> 2u;
@@ -88,6 +89,18 @@ fn lane_q8_0(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
 fn lane_q4_0(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
     let v = word_at2(b + 2u + 4u * (l % 4u));
     let q = sub_bytes((v >> (4u * (l / 4u))) & 0x0f0f0f0fu, 8u);
+    let li = dot4I8Packed(q, x[act_q(t, 32u * k) + l]);
+    return vec2<f32>(half_at(b) * act_scale(t, k, 32u), f32(li));
+}
+
+// Q5_0: f16 d, 4 bytes of high bits, 16 nibble bytes laid out as Q4_0's; bit e of the high
+// bits is bit 4 of element e, and each quant stands for q - 16. Lane l holds elements
+// 4l .. 4l + 3, so it takes high bits 4l .. 4l + 3, one per byte.
+fn lane_q5_0(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
+    let v = word_at2(b + 6u + 4u * (l % 4u));
+    let hb = (word_at2(b + 2u) >> (4u * l)) & 0xfu;
+    let spread = (hb & 1u) | ((hb & 2u) << 7u) | ((hb & 4u) << 14u) | ((hb & 8u) << 21u);
+    let q = sub_bytes(((v >> (4u * (l / 4u))) & 0x0f0f0f0fu) | (spread << 4u), 16u);
     let li = dot4I8Packed(q, x[act_q(t, 32u * k) + l]);
     return vec2<f32>(half_at(b) * act_scale(t, k, 32u), f32(li));
 }
