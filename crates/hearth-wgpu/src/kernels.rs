@@ -42,7 +42,9 @@ pub const WEIGHT_TYPES: &[GgmlType] = &[
 pub const INT8_TYPES: &[GgmlType] = &[
     GgmlType::Q8_0,
     GgmlType::Q4_0,
+    GgmlType::Q5_0,
     GgmlType::Q4_K,
+    GgmlType::Q5_K,
     GgmlType::Q6_K,
 ];
 
@@ -182,7 +184,9 @@ pub fn int8_reader(ty: GgmlType) -> Option<Int8Reader> {
     let (block, block_bytes, lane, mins, act) = match ty {
         GgmlType::Q8_0 => (32, 34, "lane_q8_0", "no_mins", GgmlType::Q8_0),
         GgmlType::Q4_0 => (32, 18, "lane_q4_0", "no_mins", GgmlType::Q8_0),
-        GgmlType::Q4_K => (256, 144, "lane_q4_k", "mins_q4_k", GgmlType::Q8_K),
+        GgmlType::Q5_0 => (32, 22, "lane_q5_0", "no_mins", GgmlType::Q8_0),
+        GgmlType::Q4_K => (256, 144, "lane_q4_k", "mins_k4", GgmlType::Q8_K),
+        GgmlType::Q5_K => (256, 176, "lane_q5_k", "mins_k4", GgmlType::Q8_K),
         GgmlType::Q6_K => (256, 210, "lane_q6_k", "no_mins", GgmlType::Q8_K),
         _ => return None,
     };

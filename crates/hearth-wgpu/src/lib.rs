@@ -3,10 +3,10 @@
 //!
 //! Weights stay in their GGUF block form on the device (raw blocks as `array<u32>`, in parts of
 //! whole rows where one binding cannot hold them: see `weight.rs`), activations are f32, the KV
-//! cache is paged and stored as f16. Before a matmul with a Q8_0, Q4_0, Q4_K or Q6_K weight the
-//! activations are quantized to 8-bit blocks on the device, as the CPU backend does, and
-//! multiplied with integer dot products (see `int8.rs`). Every dispatch between two read-backs is
-//! recorded into one compute pass of one command encoder and submitted once (see
+//! cache is paged and stored as f16. Before a matmul with a Q8_0, Q4_0, Q5_0, Q4_K, Q5_K or
+//! Q6_K weight the activations are quantized to 8-bit blocks on the device, as the CPU backend
+//! does, and multiplied with integer dot products (see `int8.rs`). Every dispatch between two
+//! read-backs is recorded into one compute pass of one command encoder and submitted once (see
 //! [`recorder`]): on Metal each pass ends a command buffer, and hundreds of them per token cost
 //! more than the arithmetic. Activation buffers are pooled (`pool.rs`) and bind groups cached,
 //! so that recording a decode step costs the host little more than wgpu's own bookkeeping.

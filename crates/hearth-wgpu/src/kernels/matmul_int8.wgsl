@@ -11,10 +11,11 @@
 //             acc[k % 2]_l = fma(d_w · d_x, f32(L_l), acc[k % 2]_l)
 //  result:    v_l = acc0_l + acc1_l;  s_i = v_i + v_(i+4);  (s_0 + s_2) + (s_1 + s_3)
 // ```
-// (Q4_K also keeps 8 lanes of its mins, over every block, and subtracts their sum the same
-// way.) Here 16 threads run the 16 chains of one (row, token) job, 4 jobs per workgroup, and
-// the first thread of each job adds the lanes up in that order. QLANE(b, l, t, k) gives
-// `(d_w · d_x, f32(L_l))` for the weight block at byte b; QMINS the mins chain.
+// (Q4_K and Q5_K also keep 8 lanes of their mins, over every block, and subtract their sum
+// the same way.) Here 16 threads run the 16 chains of one (row, token) job, 4 jobs per
+// workgroup, and the first thread of each job adds the lanes up in that order.
+// QLANE(b, l, t, k) gives `(d_w · d_x, f32(L_l))` for the weight block at byte b; QMINS the
+// mins chain.
 //
 // NOTE: `dot4I8Packed` is core WGSL (the packed_4x8_integer_dot_product language extension).
 // naga emits SPIR-V's OpSDot where the device has VK_KHR_shader_integer_dot_product (Vulkan
@@ -51,7 +52,7 @@ const JOBS: u32 = 4u;                  // (row, token) outputs per workgroup
 var<workgroup> chains: array<f32, 64>; // [JOBS, 2 (block parity), 8 lanes]
 var<workgroup> mins: array<f32, 32>;   // [JOBS, 8 lanes]
 
-// The 4 bytes of w from byte i on (i even: blocks of 18, 34 or 210 bytes start at any even
+// The 4 bytes of w from byte i on (i even: blocks of 18, 22, 34 or 210 bytes start at any even
 // byte, so their fields may straddle two words).
 fn word_at2(i: u32) -> u32 {
     let k = i >> 2u;
@@ -92,6 +93,18 @@ fn lane_q4_0(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
     return vec2<f32>(half_at(b) * act_scale(t, k, 32u), f32(li));
 }
 
+// Q5_0: f16 d, 4 bytes of high bits, 16 nibble bytes laid out as Q4_0's; bit e of the high
+// bits is bit 4 of element e, and each quant stands for q - 16. Lane l holds elements
+// 4l .. 4l + 3, so it takes high bits 4l .. 4l + 3, one per byte.
+fn lane_q5_0(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
+    let v = word_at2(b + 6u + 4u * (l % 4u));
+    let hb = (word_at2(b + 2u) >> (4u * l)) & 0xfu;
+    let spread = (hb & 1u) | ((hb & 2u) << 7u) | ((hb & 4u) << 14u) | ((hb & 8u) << 21u);
+    let q = sub_bytes(((v >> (4u * (l / 4u))) & 0x0f0f0f0fu) | (spread << 4u), 16u);
+    let li = dot4I8Packed(q, x[act_q(t, 32u * k) + l]);
+    return vec2<f32>(half_at(b) * act_scale(t, k, 32u), f32(li));
+}
+
 // Q4_K: f16 d, f16 dmin, 12 scale bytes, 128 nibble bytes (chunk j of 32 bytes: low nibbles
 // are group 2j, high ones group 2j + 1, each with a 6-bit scale and min). Q8_K activations.
 fn lane_q4_k(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
@@ -107,13 +120,14 @@ fn lane_q4_k(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
     return vec2<f32>(act_scale(t, k, 256u) * half_at(b), f32(li));
 }
 
-// The Q4_K mins of lane g over the whole row: fma(d_x · dmin, m_g · (sum of group g's
-// activation quants), acc) block after block.
-fn mins_q4_k(row: u32, g: u32, t: u32) -> f32 {
+// The Q4_K / Q5_K mins of lane g over the whole row (both keep d, dmin and the 12 scale
+// bytes at the start of a block): fma(d_x · dmin, m_g · (sum of group g's activation quants),
+// acc) block after block.
+fn mins_k4(row: u32, g: u32, t: u32) -> f32 {
     let nb = p.cols / 256u;
     var acc = 0.0;
     for (var k = 0u; k < nb; k++) {
-        let b = row * p.row_bytes + 144u * k;
+        let b = row * p.row_bytes + QBLOCK_BYTES * k;
         let s = p.x_sums + 16u * (t * nb + k) + 2u * g;
         let gsum = bitcast<i32>(x[s]) + bitcast<i32>(x[s + 1u]);
         let li = i32(scale_min_k4(b + 4u, g).y) * gsum;
@@ -124,6 +138,26 @@ fn mins_q4_k(row: u32, g: u32, t: u32) -> f32 {
 
 fn no_mins(row: u32, g: u32, t: u32) -> f32 {
     return 0.0;
+}
+
+// Q5_K: Q4_K's fields with 32 bytes of high bits after the scales (b + 16), then the 128
+// nibble bytes (b + 48). Element i of chunk j takes bit 2j (low nibbles) or 2j + 1 (high
+// ones) of high-bit byte i as its bit 4, so the quants are 0..31: dotted as i8 they are
+// exact, and the CPU's `vpmaddubsw` pairs (at most 2 · 31 · 128) never saturate.
+fn lane_q5_k(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
+    let xq = act_q(t, 256u * k) + l;
+    let qh = w[(b + 16u) / 4u + l];
+    var li = 0;
+    for (var j = 0u; j < 4u; j++) {
+        let q = w[(b + 48u + 32u * j) / 4u + l];
+        let h0 = ((qh >> (2u * j)) & 0x01010101u) << 4u;
+        let h1 = ((qh >> (2u * j + 1u)) & 0x01010101u) << 4u;
+        let s0 = i32(scale_min_k4(b + 4u, 2u * j).x);
+        let s1 = i32(scale_min_k4(b + 4u, 2u * j + 1u).x);
+        li += s0 * dot4I8Packed((q & 0x0f0f0f0fu) | h0, x[xq + 16u * j]);
+        li += s1 * dot4I8Packed(((q >> 4u) & 0x0f0f0f0fu) | h1, x[xq + 16u * j + 8u]);
+    }
+    return vec2<f32>(act_scale(t, k, 256u) * half_at(b), f32(li));
 }
 
 // Q6_K: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 × i8 scales (groups of 16),

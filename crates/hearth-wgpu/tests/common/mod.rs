@@ -108,7 +108,13 @@ pub fn rel_errors(a: &[f32], b: &[f32]) -> (f64, f64) {
 pub fn same_order_on_cpu(ty: GgmlType) -> bool {
     match hearth_quant::kernel_level() {
         KernelLevel::Avx2 => true,
-        KernelLevel::Avx512Vnni => matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0),
+        // NOTE: Q5_0's 512-bit kernels add blocks as Q4_0's do (the same pair sums and packed
+        // tiles), and Q5_K has no 512-bit kernel: AVX-512 hosts run the AVX2 one (the same
+        // `define_int_kernels` body). Neither measured on such a host yet.
+        KernelLevel::Avx512Vnni => matches!(
+            ty,
+            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q5_K
+        ),
         KernelLevel::Scalar => false,
     }
 }
