@@ -237,8 +237,8 @@ impl CudaBackend {
             }
             return self.launch_mlx_gemv(st, w, m, x, out, accumulate);
         }
-        if n > GEMV_MAX_TOKENS && mmq_kernel(w, n).is_some() {
-            return self.launch_mmq(st, w, x, out, accumulate);
+        if let Some(name) = (n > GEMV_MAX_TOKENS).then(|| mmq_kernel(w, n)).flatten() {
+            return self.launch_mmq(st, name, w, x, out, accumulate);
         }
         // The GEMM path dequantizes whole 32-value groups (kernels/dequant.cu).
         if n > GEMV_MAX_TOKENS && self.blas.is_some() && w.cols.is_multiple_of(32) {

@@ -54,20 +54,16 @@ pub(super) fn mmq_kernel(w: &CudaWeight, n: usize) -> Option<&'static str> {
 impl CudaBackend {
     /// `out (+)= W · x` for every token of `x`, the activations quantized to 8 bits first (or
     /// their copy kept from an earlier projection of the same rows).
+    /// `name` is the weight's kernel from [`mmq_kernel`].
     pub(super) fn launch_mmq(
         &self,
         st: &mut State,
+        name: &'static str,
         w: &CudaWeight,
         x: &CudaTensor,
         out: &CudaTensor,
         accumulate: bool,
     ) -> Result<(), CudaError> {
-        let Some(name) = mmq_kernel(w, x.rows) else {
-            return Err(CudaError::Unsupported {
-                op: "mmq",
-                ty: w.ty,
-            });
-        };
         let (xq, xds) = self.quantize_activations(st, x)?;
         let grid = (
             w.rows.div_ceil(MMQ_ROWS) as u32,
