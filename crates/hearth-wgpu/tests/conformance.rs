@@ -7,6 +7,7 @@
 
 mod common;
 mod norm_model;
+mod xorshift;
 
 use std::sync::Arc;
 
@@ -80,6 +81,20 @@ fn matmul_beyond_one_grid_dimension() {
     assert!(nmse(&want, &got) < 1e-10, "nmse {}", nmse(&want, &got));
 }
 
+/// A row norm's weights (`norm`, `cols` values) and a head norm's (its first `head_dim`).
+fn norm_weights<B: Backend>(
+    be: &B,
+    norm: &[f32],
+    cols: usize,
+    head_dim: usize,
+) -> (B::Weight, B::Weight) {
+    let load = |name: &str, n: usize| {
+        be.load_weight(weight(name, GgmlType::F32, 1, n, &norm[..n]))
+            .expect("norm")
+    };
+    (load("norm", cols), load("qnorm", head_dim))
+}
+
 /// Runs the element-wise and per-row ops on one backend; returns each op's output by name.
 fn elementwise_on<B: Backend>(
     be: &B,
@@ -91,18 +106,7 @@ fn elementwise_on<B: Backend>(
     let up = |v: &[f32]| be.upload(v, rows, cols).expect("upload");
     let host = |t: &B::Tensor| be.to_host(t).expect("to_host");
     let mut out = Vec::new();
-    let nw = be
-        .load_weight(weight("norm", GgmlType::F32, 1, cols, norm))
-        .expect("norm");
-    let hw = be
-        .load_weight(weight(
-            "qnorm",
-            GgmlType::F32,
-            1,
-            head_dim,
-            &norm[..head_dim],
-        ))
-        .expect("norm");
+    let (nw, hw) = norm_weights(be, norm, cols, head_dim);
     let mut x = up(a);
     be.rms_norm(&mut x, &nw, cols, 1e-6).expect("rms_norm");
     out.push(("rms_norm".into(), host(&x)));
@@ -762,18 +766,7 @@ fn norms_on<B: Backend>(
 ) -> (Vec<(&'static str, Vec<f32>)>, Vec<f32>) {
     let up = || be.upload(x, rows, cols).expect("upload");
     let host = |t: &B::Tensor| be.to_host(t).expect("to_host");
-    let nw = be
-        .load_weight(weight("norm", GgmlType::F32, 1, cols, norm))
-        .expect("norm");
-    let hw = be
-        .load_weight(weight(
-            "qnorm",
-            GgmlType::F32,
-            1,
-            head_dim,
-            &norm[..head_dim],
-        ))
-        .expect("norm");
+    let (nw, hw) = norm_weights(be, norm, cols, head_dim);
     let (w_rows, w) = (w.rows, be.load_weight(w.clone()).expect("weight"));
     let mut out = Vec::new();
     let mut t = up();

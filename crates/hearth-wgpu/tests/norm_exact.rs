@@ -14,6 +14,7 @@
 //! differ is such a row.
 
 mod norm_model;
+mod xorshift;
 
 use norm_model::{cpu_mean, dw_tree_mean, dw_tree_sum, exact_sum, f32_tree_mean, stress_row, Rng};
 

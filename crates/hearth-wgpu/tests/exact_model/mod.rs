@@ -3,17 +3,9 @@
 //! a given number of ulps (Vulkan and Metal allow a few), so the models show that the
 //! corrections do not depend on how good the starting approximation is.
 
-/// xorshift64: inputs that are the same on every run.
-pub struct Rng(pub u64);
+pub use crate::xorshift::Rng;
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
     /// Uniform in [lo, hi).
     pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
         let u = (self.next() >> 40) as f32 / (1u64 << 24) as f32;

@@ -118,17 +118,9 @@ pub fn exact_sum(x: &[f32]) -> (f64, f64) {
     (s, lo - (s - hi))
 }
 
-/// xorshift64: the same rows on every run.
-pub struct Rng(pub u64);
+pub use crate::xorshift::Rng;
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
     /// A float of random sign and significand with an exponent uniform in [e0, e1).
     pub fn float_in_exponents(&mut self, e0: i32, e1: i32) -> f32 {
         let e = e0 + (self.next() % (e1 - e0) as u64) as i32;
