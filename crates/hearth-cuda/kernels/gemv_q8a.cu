@@ -9,9 +9,11 @@
 // the rounding of the CPU backend's Q8_0 activations (the same q and d: a Q8_0 model's dot
 // products then differ from the CPU's only in summation order) and of llama.cpp's CUDA q8_1.
 //
-// Weights are staged through the same shared-memory window as gemv.cu (see there). Every
-// block type gives each lane 16 consecutive values of one block: lane `sub` of a block reads
-// xq[16 * sub .. +16] of that block's range with one 16-byte load.
+// Weights are staged through shared-memory windows as in gemv.cu (see there), but with
+// asynchronous copies (cp.async) into two windows per row: the next window's loads are in
+// flight while the current one is decoded, and loads in flight hold no registers. The int8
+// kernels issue few instructions per weight byte, so unlike gemv.cu's they wait on memory.
+// A row's windows are of equal size (a 16-block Q4_K row is 8 + 8 blocks, not 14 + 2).
 
 // The sum of the four signed byte products of a and b, plus c.
 __device__ __forceinline__ int dp4a(u32 a, u32 b, int c) {
@@ -23,6 +25,53 @@ __device__ __forceinline__ int dp4a(u32 a, u32 b, int c) {
 // Bytes in 0..63 minus 32, as signed bytes (no borrow crosses a byte: every byte + 96 < 256).
 __device__ __forceinline__ u32 sub32_bytes(u32 v) {
     return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+}
+
+// 16 bytes from global to shared memory without passing through registers (sm_80 and up;
+// a plain copy before).
+__device__ __forceinline__ void copy16_async(uint4* dst, const uint4* src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src));
+#else
+    *dst = *src;
+#endif
+}
+
+__device__ __forceinline__ void copies_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;");
+#endif
+}
+
+// Wait until at most N committed groups of this thread's copies are still in flight.
+template <int N>
+__device__ __forceinline__ void copies_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+#endif
+}
+
+// Where block b0 of `row` starts within its first 16-byte vector.
+template <int BYTES>
+__device__ __forceinline__ int window_skew(const u8* row, int b0) {
+    return (int)(reinterpret_cast<size_t>(row + (size_t)b0 * BYTES) & 15);
+}
+
+// As stage_rows (gemv.cu), with asynchronous copies: blocks b0 .. b0 + nb of each row to
+// `window`, from the 16-byte vector holding the first byte of block b0. One commit group.
+template <int BYTES>
+__device__ __forceinline__ void stage_rows_async(const u8* const* rows, int b0, int nb,
+                                                 uint4 (*window)[WINDOW_VECS], int lane) {
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+        const u8* start = rows[r] + (size_t)b0 * BYTES;
+        const int skew = window_skew<BYTES>(rows[r], b0);
+        const uint4* aligned = reinterpret_cast<const uint4*>(start - skew);
+        const int n_vecs = (skew + nb * BYTES + 15) / 16;
+        for (int v = lane; v < n_vecs; v += WARP_SIZE) copy16_async(&window[r][v], aligned + v);
+    }
+    copies_commit();
 }
 
 // One 32-value group held N consecutive values per lane by 32 / N aligned lanes of a warp
@@ -195,7 +244,7 @@ __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8
                                               const float2* __restrict__ xds,
                                               float* __restrict__ y, int n_rows, int n_cols,
                                               int mode, int block, GluQ8 q8) {
-    __shared__ uint4 window[WARPS_PER_BLOCK][ROWS_PER_WARP][WINDOW_VECS];
+    __shared__ uint4 window[WARPS_PER_BLOCK][2][ROWS_PER_WARP][WINDOW_VECS];
     xq += (size_t)blockIdx.y * n_cols;
     xds += (size_t)blockIdx.y * (n_cols / 32);
     y += (size_t)blockIdx.y * n_rows;
@@ -219,15 +268,31 @@ __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8
     }
     const int lane_block = lane / B::LANES, sub = lane % B::LANES;
     const int blocks_per_step = WARP_SIZE / B::LANES;
-    const int blocks_per_window = (WINDOW_BYTES - 15) / B::BYTES;
+    const int max_per_window = (WINDOW_BYTES - 15) / B::BYTES;
+    const int n_windows = (n_blocks + max_per_window - 1) / max_per_window;
+    const int blocks_per_window = (n_blocks + n_windows - 1) / n_windows;
     const uint4* xq4 = reinterpret_cast<const uint4*>(xq);
     float acc[ROWS_PER_WARP];
 #pragma unroll
     for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] = 0.f;
-    for (int b0 = 0; b0 < n_blocks; b0 += blocks_per_window) {
+    stage_rows_async<B::BYTES>(rows, 0, min(blocks_per_window, n_blocks), window[warp][0], lane);
+    for (int i = 0, b0 = 0; b0 < n_blocks; ++i, b0 += blocks_per_window) {
         const int nb = min(blocks_per_window, n_blocks - b0);
+        // The next window's copies go out before this one is decoded. Its buffer was last
+        // read two windows ago, before the __syncwarp that ends each window.
+        const int next = b0 + blocks_per_window;
+        if (next < n_blocks) {
+            stage_rows_async<B::BYTES>(rows, next, min(blocks_per_window, n_blocks - next),
+                                       window[warp][(i + 1) & 1], lane);
+            copies_wait<1>();
+        } else {
+            copies_wait<0>();
+        }
+        __syncwarp();
+        uint4(*current)[WINDOW_VECS] = window[warp][i & 1];
         int skew[ROWS_PER_WARP];
-        stage_rows<B::BYTES>(rows, b0, nb, window[warp], skew, lane);
+#pragma unroll
+        for (int r = 0; r < ROWS_PER_WARP; ++r) skew[r] = window_skew<B::BYTES>(rows[r], b0);
         for (int b = lane_block; b < nb; b += blocks_per_step) {
             const int v = (b0 + b) * B::QK + B::VALS * sub;  // first value of the lane
             uint4 xv[B::VALS / 16];
@@ -236,7 +301,7 @@ __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8
             const float2 ds = xds[v / 32];
 #pragma unroll
             for (int r = 0; r < ROWS_PER_WARP; ++r) {
-                const u8* blk = reinterpret_cast<const u8*>(window[warp][r]) + skew[r];
+                const u8* blk = reinterpret_cast<const u8*>(current[r]) + skew[r];
                 acc[r] += B::dot(blk + b * B::BYTES, xv, ds, sub);
             }
         }
