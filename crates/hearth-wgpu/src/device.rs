@@ -18,6 +18,8 @@ pub struct AdapterInfo {
     /// WGSL's `fma` is fused on this device (found by running it: see `fma_probe.rs`), and the
     /// 8-bit matmuls use it instead of the exact emulation.
     pub native_fma: bool,
+    /// Dispatches are timed on the device (`HEARTH_WGPU_PROFILE`, see `profile.rs`).
+    pub timestamps: bool,
     /// The largest storage-buffer binding, in bytes.
     pub max_binding: u64,
     /// The largest buffer, in bytes.
@@ -68,7 +70,23 @@ impl Gpu {
         if subgroups {
             wanted |= wgpu::Features::SUBGROUP;
         }
+        let profiling = crate::profile::wanted();
+        if profiling {
+            wanted |=
+                wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        }
         let features = adapter.features() & wanted;
+        let timestamps = profiling
+            && features.contains(
+                wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES,
+            );
+        if profiling && !timestamps {
+            tracing::warn!(
+                "{}: {} cannot time dispatches; not profiling",
+                crate::profile::PROFILE_VAR,
+                ai.name
+            );
+        }
         // NOTE: the WebGPU defaults cap a storage binding at 128 MiB, smaller than one
         // embedding table of a small model: ask for everything the adapter has.
         let limits = adapter.limits();
@@ -102,6 +120,7 @@ impl Gpu {
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
             native_fma,
+            timestamps,
             max_binding: limits.max_storage_buffer_binding_size as u64,
             max_buffer: limits.max_buffer_size,
         };

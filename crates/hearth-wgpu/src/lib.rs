@@ -20,6 +20,7 @@ mod int8;
 pub mod kernels;
 mod norm;
 mod pool;
+mod profile;
 mod recorder;
 mod weight;
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::device::Gpu;
 use crate::kernels::{Access, Module};
+use crate::profile::Profiler;
 use crate::WgpuError;
 
 /// Bytes of host data one batch of dispatches may stage.
@@ -80,6 +81,8 @@ pub(crate) struct Recorder {
     pub n_dispatches: usize,
     /// Dispatches recorded since the device was opened.
     pub total_dispatches: u64,
+    /// GPU time per kernel, where profiling was asked for (see `profile.rs`).
+    profiler: Option<Profiler>,
 }
 
 impl Recorder {
@@ -99,6 +102,7 @@ impl Recorder {
                 .max(16) as u64,
             n_dispatches: 0,
             total_dispatches: 0,
+            profiler: gpu.info.timestamps.then(|| Profiler::new(gpu)),
         }
     }
 
@@ -137,7 +141,8 @@ impl Recorder {
                 "{entry}: {staged} bytes of host data exceed the {ARENA_BYTES}-byte staging arena"
             )));
         }
-        if (self.arena_host.len() + staged) as u64 > ARENA_BYTES {
+        let timings_full = self.profiler.as_ref().is_some_and(|p| p.full());
+        if timings_full || (self.arena_host.len() + staged) as u64 > ARENA_BYTES {
             self.submit(gpu, |_| {})?;
         }
         self.ensure_kernel(gpu, module, entry)?;
@@ -184,9 +189,15 @@ impl Recorder {
             .pass
             .as_mut()
             .ok_or_else(|| WgpuError::Device("compute pass missing after it was begun".into()))?;
+        if let Some(p) = self.profiler.as_mut() {
+            p.before(pass, format!("{module:?} {entry} [{x}x{y}]"));
+        }
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, group, &[]);
         pass.dispatch_workgroups(x as u32, y as u32, 1);
+        if let Some(p) = self.profiler.as_mut() {
+            p.after(pass);
+        }
         self.n_dispatches += 1;
         self.total_dispatches += 1;
         Ok(())
@@ -215,11 +226,17 @@ impl Recorder {
             .take()
             .unwrap_or_else(|| gpu.device.create_command_encoder(&Default::default()));
         after(&mut encoder);
+        if let Some(p) = &self.profiler {
+            p.resolve(&mut encoder);
+        }
         if !self.arena_host.is_empty() {
             gpu.queue.write_buffer(&self.arena, 0, &self.arena_host);
             self.arena_host.clear();
         }
         gpu.queue.submit([encoder.finish()]);
+        if let Some(p) = self.profiler.as_mut() {
+            p.collect(gpu)?;
+        }
         self.n_dispatches = 0;
         self.batch += 1;
         if self.batch.is_multiple_of(GROUP_TTL) {
