@@ -34,6 +34,10 @@ fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     vc[slot * half_dim + d] = pack_f16(v[2u * i], v[2u * i + 1u]);
 }
 
+// Scores a thread keeps from pass 1 for pass 2: positions up to 64 · KEPT past the first
+// visible one (decode runs attention_split.wgsl past 128).
+const KEPT: u32 = 4u;
+
 var<workgroup> red_m: array<f32, 64>;
 var<workgroup> red_l: array<f32, 64>;
 var<workgroup> weights: array<f32, 64>;
@@ -64,11 +68,17 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
     let sp = workgroupUniformLoad(&span);
     let table = workgroupUniformLoad(&table_at);
 
-    // Pass 1: max and sum of exp over the visible positions.
+    // Pass 1: max and sum of exp over the visible positions. A thread keeps the scores of
+    // its first KEPT positions for pass 2, which needs them again (the same thread's ones).
     var m = NEG_BIG;
     var l = 0.0;
+    var kept: array<f32, KEPT>;
     for (var j = sp.x + lid; j <= sp.y; j += 64u) {
         let s = score(kv_head, table, j);
+        let k = (j - sp.x) / 64u;
+        if (k < KEPT) {
+            kept[k] = s;
+        }
         if (s > m) {
             l = keep(l * exp_rn(m - s)) + 1.0;
             m = s;
@@ -93,26 +103,23 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
 
     // Pass 2: f16-rounded weights times values, 64 positions at a time.
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    let half_dim = p.n_kv_heads * hd / 2u;
+    let head_at = kv_head * hd / 2u;
     for (var j0 = sp.x; j0 <= sp.y; j0 += 64u) {
         let j = j0 + lid;
         var wj = 0.0;
         if (j <= sp.y) {
-            wj = f16_round(exp_rn(score(kv_head, table, j) - big_m) * inv_l);
+            let k = (j0 - sp.x) / 64u;
+            var s = 0.0;
+            if (k < KEPT) {
+                s = kept[k];
+            } else {
+                s = score(kv_head, table, j);
+            }
+            wj = f16_round(exp_rn(s - big_m) * inv_l);
         }
         weights[lid] = wj;
         workgroupBarrier();
-        let n = min(64u, sp.y + 1u - j0);
-        for (var jj = 0u; jj < n; jj++) {
-            let base = slot_of(table, j0 + jj) * half_dim + kv_head * hd / 2u;
-            for (var r = 0u; r < 4u; r++) {
-                let d = lid + 64u * r;
-                if (d < hd) {
-                    let pair = unpack2x16float(vc[base + d / 2u]);
-                    acc[r] += keep(weights[jj] * select(pair.x, pair.y, (d & 1u) == 1u));
-                }
-            }
-        }
+        add_values(&acc, table, j0, min(64u, sp.y + 1u - j0), head_at, lid);
         workgroupBarrier();
     }
     if (live) {

@@ -1,6 +1,7 @@
 // What the attention kernels share (attention.wgsl, attention_split.wgsl): their parameters,
-// the slot of a position in the paged cache, and a query-key score. The including file
-// declares `kc` (the key cache), `p` and `aux`.
+// the slot of a position in the paged cache, a query-key score and a weighted sum of values.
+// The including file declares `kc` and `vc` (the key and value caches), `p`, `aux` and
+// `weights` (a tile's softmax weights, `array<f32, 64>` in workgroup memory).
 
 struct AttnParams {
     n_tokens: u32,
@@ -30,7 +31,21 @@ fn score(kv_head: u32, table: u32, j: u32) -> f32 {
     let half_dim = p.n_kv_heads * p.head_dim / 2u;
     let base = slot_of(table, j) * half_dim + kv_head * p.head_dim / 2u;
     var s = 0.0;
-    for (var d = 0u; d < p.head_dim / 2u; d++) {
+    // NOTE: eight words of the key are loaded before any is used: in a loop that uses each
+    // load at once a GPU waits out the memory latency per word (an H100 through Vulkan spent
+    // ~60 µs per decode attention that way). The sum's order is the one-at-a-time order.
+    let n = p.head_dim / 2u;
+    var d = 0u;
+    for (; d + 8u <= n; d += 8u) {
+        var w = array<u32, 8>(kc[base + d], kc[base + d + 1u], kc[base + d + 2u],
+                              kc[base + d + 3u], kc[base + d + 4u], kc[base + d + 5u],
+                              kc[base + d + 6u], kc[base + d + 7u]);
+        for (var i = 0u; i < 8u; i++) {
+            let kk = unpack2x16float(w[i]);
+            s += keep(qs[2u * (d + i)] * kk.x) + keep(qs[2u * (d + i) + 1u] * kk.y);
+        }
+    }
+    for (; d < n; d++) {
         let kk = unpack2x16float(kc[base + d]);
         s += keep(qs[2u * d] * kk.x) + keep(qs[2u * d + 1u] * kk.y);
     }
@@ -41,3 +56,40 @@ fn score(kv_head: u32, table: u32, j: u32) -> f32 {
     return s;
 }
 
+
+// acc[r] += weights[jj] · (value of position start + jj)[d] for jj < n (n ≤ 64), in order of
+// jj, where d = lid + 64 r < head_dim and head_at is the kv head's first word in a slot.
+// Four positions' values are loaded before any is added (see `score`).
+fn add_values(acc: ptr<function, array<f32, 4>>, table: u32, start: u32, n: u32, head_at: u32,
+              lid: u32) {
+    let hd = p.head_dim;
+    let half_dim = p.n_kv_heads * hd / 2u;
+    var jj = 0u;
+    for (; jj + 4u <= n; jj += 4u) {
+        var base = array<u32, 4>(slot_of(table, start + jj) * half_dim + head_at,
+                                 slot_of(table, start + jj + 1u) * half_dim + head_at,
+                                 slot_of(table, start + jj + 2u) * half_dim + head_at,
+                                 slot_of(table, start + jj + 3u) * half_dim + head_at);
+        for (var r = 0u; r < 4u; r++) {
+            let d = lid + 64u * r;
+            if (d < hd) {
+                var vals = array<u32, 4>(vc[base[0] + d / 2u], vc[base[1] + d / 2u],
+                                         vc[base[2] + d / 2u], vc[base[3] + d / 2u]);
+                for (var i = 0u; i < 4u; i++) {
+                    let pair = unpack2x16float(vals[i]);
+                    (*acc)[r] += keep(weights[jj + i] * select(pair.x, pair.y, (d & 1u) == 1u));
+                }
+            }
+        }
+    }
+    for (; jj < n; jj++) {
+        let base = slot_of(table, start + jj) * half_dim + head_at;
+        for (var r = 0u; r < 4u; r++) {
+            let d = lid + 64u * r;
+            if (d < hd) {
+                let pair = unpack2x16float(vc[base + d / 2u]);
+                (*acc)[r] += keep(weights[jj] * select(pair.x, pair.y, (d & 1u) == 1u));
+            }
+        }
+    }
+}

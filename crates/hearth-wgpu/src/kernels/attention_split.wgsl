@@ -131,23 +131,13 @@ fn attn_split_values(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgrou
     weights[lid] = wj;
     workgroupBarrier();
     let hd = p.head_dim;
-    let half_dim = p.n_kv_heads * hd / 2u;
     let kv_head = j.h / (p.n_heads / p.n_kv_heads);
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
     var n = 0u;
     if (start <= j.last) {
         n = min(64u, j.last + 1u - start);
     }
-    for (var jj = 0u; jj < n; jj++) {
-        let base = slot_of(j.table, start + jj) * half_dim + kv_head * hd / 2u;
-        for (var r = 0u; r < 4u; r++) {
-            let d = lid + 64u * r;
-            if (d < hd) {
-                let pair = unpack2x16float(vc[base + d / 2u]);
-                acc[r] += keep(weights[jj] * select(pair.x, pair.y, (d & 1u) == 1u));
-            }
-        }
-    }
+    add_values(&acc, j.table, start, n, kv_head * hd / 2u, lid);
     for (var r = 0u; r < 4u; r++) {
         let d = lid + 64u * r;
         if (d < hd) {

