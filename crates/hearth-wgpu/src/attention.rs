@@ -3,6 +3,10 @@
 
 use hearth_backend::{AttnBatch, AttnParams, Backend, BackendError, KvSpec, KvType};
 
+use std::sync::atomic::Ordering;
+
+use hearth_quant::GgmlType;
+
 use crate::backend::{check, words, WgpuBackend, WgpuTensor};
 use crate::kernels::Module;
 use crate::recorder::{Bind, Grid};
@@ -147,9 +151,27 @@ pub(crate) fn attention(
         0,
         0,
         0, // zero: see prelude.wgsl's `keep`
+        0, // q8
+        0, // q8_scales
     ];
     let aux = words(&aux);
     let (kc, vc) = &cache.layers[layer];
+    let n_chunks = longest_span(batch, p.window).div_ceil(SPLIT_CHUNK);
+    let single_kernel = n > SPLIT_MAX_TOKENS || n_chunks < SPLIT_MIN_CHUNKS;
+    // NOTE: as the norms in front of projections do (see `rms_norm_copy`), the attention
+    // kernel also writes its output as Q8_0 blocks for the o projection once a Q8_0 matmul
+    // has been seen: a quantize dispatch fewer per layer. Whole heads are whole blocks.
+    let oq = if single_kernel
+        && be.norms_quantize.load(Ordering::Relaxed)
+        && p.head_dim.is_multiple_of(32)
+    {
+        let oq = be.alloc_int8(GgmlType::Q8_0, n, q_dim)?;
+        params[13] = 1;
+        params[14] = oq.scales as u32;
+        Some(oq)
+    } else {
+        None
+    };
     let single = words(&params);
     let binds = [
         Bind::Buffer(&q.buf),
@@ -160,6 +182,7 @@ pub(crate) fn attention(
         Bind::Buffer(out.written()),
         Bind::Host(&single),
         Bind::Host(&aux),
+        Bind::Buffer(oq.as_ref().map_or(&be.dummy_rw, |q| &q.buf.buf)),
     ];
     let mut rec = be.recorder();
     rec.dispatch(
@@ -169,15 +192,17 @@ pub(crate) fn attention(
         &binds,
         Grid::Threads(n * kv_dim / 2),
     )?;
-    let n_chunks = longest_span(batch, p.window).div_ceil(SPLIT_CHUNK);
-    if n > SPLIT_MAX_TOKENS || n_chunks < SPLIT_MIN_CHUNKS {
-        return Ok(rec.dispatch(
+    if single_kernel {
+        rec.dispatch(
             &be.gpu,
             Module::Attention(be.gpu.info.native_fma),
             "attention",
             &binds,
             Grid::Groups(n * p.n_heads),
-        )?);
+        )?;
+        drop(rec);
+        out.int8 = oq.map(Box::new);
+        return Ok(());
     }
     drop(rec);
     // Scratch: scores, (max, sum) pairs and value sums of every chunk (attention_split.wgsl).

@@ -78,26 +78,23 @@ impl WgpuBackend {
         act: GgmlType,
         x: &WgpuTensor,
     ) -> Result<Int8Acts, BackendError> {
-        let (entry, size) = match act {
-            GgmlType::Q8_0 => ("quantize_q8_0", 32),
-            GgmlType::Q8_K => ("quantize_q8_k", 256),
+        let size = act_block(act);
+        let n_blocks = x.rows * x.cols / size;
+        // Q8_0: 8 threads per block, 8 blocks per workgroup; Q8_K: a thread per block.
+        let (entry, grid) = match act {
+            GgmlType::Q8_0 => ("quantize_q8_0", Grid::Groups(n_blocks.div_ceil(8))),
+            GgmlType::Q8_K => ("quantize_q8_k", Grid::Threads(n_blocks)),
             _ => return Err(BackendError::Unsupported(format!("{act} activations"))),
         };
         let mut q = self.alloc_int8(act, x.rows, x.cols)?;
-        let n_blocks = x.rows * x.cols / size;
         let params = words(&[n_blocks as u32, q.scales as u32, q.sums as u32, 0]);
         let binds = [
             Bind::Buffer(&x.buf),
             Bind::Buffer(q.buf.written()),
             Bind::Host(&params),
         ];
-        self.recorder().dispatch(
-            &self.gpu,
-            Module::Quantize,
-            entry,
-            &binds,
-            Grid::Threads(n_blocks),
-        )?;
+        self.recorder()
+            .dispatch(&self.gpu, Module::Quantize, entry, &binds, grid)?;
         Ok(q)
     }
 

@@ -238,6 +238,7 @@ fn attention_on<B: Backend>(
     (hd, bs): (usize, usize),
     window: Option<usize>,
     softcap: Option<f32>,
+    after: &mut dyn FnMut(&B::Tensor),
 ) -> Vec<f32> {
     let (n_heads, n_kv) = (4, 2);
     let (q_dim, kv_dim) = (n_heads * hd, n_kv * hd);
@@ -292,6 +293,7 @@ fn attention_on<B: Backend>(
         let mut out = be.alloc(n, q_dim).expect("out");
         be.attention(&q, &k, &v, &mut cache, 0, &batch, &params, &mut out)
             .expect("attention");
+        after(&out);
         outs.extend(be.to_host(&out).expect("to_host"));
     }
     outs
@@ -309,8 +311,8 @@ fn paged_attention() {
         ((64, 4), Some(3), Some(2.0)),
         ((32, 32), None, None),
     ] {
-        let want = attention_on(&cpu(), &data, shape, window, softcap);
-        let got = attention_on(&g, &data, shape, window, softcap);
+        let want = attention_on(&cpu(), &data, shape, window, softcap, &mut |_| {});
+        let got = attention_on(&g, &data, shape, window, softcap, &mut |_| {});
         let e = nmse(&want, &got);
         eprintln!("attention window {window:?} softcap {softcap:?}: nmse {e:.2e}");
         // Both round queries, keys, values and softmax weights to f16; the sums differ in order.
@@ -318,6 +320,57 @@ fn paged_attention() {
             e < 1e-6,
             "attention window {window:?} softcap {softcap:?}: nmse {e:.2e}"
         );
+    }
+}
+
+/// Once a Q8_0 matmul has run, the attention kernel also writes its output as Q8_0 blocks for
+/// the o projection: that projection then has the bits of one that quantizes the output apart,
+/// for a prompt and a decode step, with 1, 2 and 8 blocks per head.
+#[test]
+fn fused_attention_quantize_equals_separate_ops() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(11);
+    let data: Vec<Vec<f32>> = (0..6)
+        .map(|_| {
+            random(&mut rng, 11 * 1024)
+                .iter()
+                .map(|v| v * 3.0)
+                .collect()
+        })
+        .collect();
+    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for hd in [32, 64, 256] {
+        let (rows, cols) = (48, 4 * hd);
+        let w = g
+            .load_weight(weight(
+                "o",
+                GgmlType::Q8_0,
+                rows,
+                cols,
+                &random(&mut rng, rows * cols),
+            ))
+            .expect("weight");
+        // The output bits and the dispatches the matmul took.
+        let matmul = |x: &hearth_wgpu::WgpuTensor| {
+            let mut y = g.alloc(g.shape(x).0, rows).expect("alloc");
+            let before = g.dispatches_recorded();
+            g.matmul(&w, x, &mut y).expect("matmul");
+            let n = g.dispatches_recorded() - before;
+            (bits(g.to_host(&y).expect("to_host")), n)
+        };
+        let x = g.upload(&random(&mut rng, cols), 1, cols).expect("x");
+        matmul(&x); // a Q8_0 matmul: from here on the attention output is quantized too
+        let mut steps = 0;
+        attention_on(&g, &data, (hd, 4), None, None, &mut |out| {
+            let apart = g.copy(out).expect("copy");
+            let (fused, n_fused) = matmul(out);
+            let (separate, n_separate) = matmul(&apart);
+            assert_eq!(fused, separate, "head_dim {hd}, step {steps}");
+            // The fused output saved the matmul its quantize dispatch.
+            assert_eq!((n_fused, n_separate), (1, 2), "head_dim {hd}, step {steps}");
+            steps += 1;
+        });
+        assert_eq!(steps, 2);
     }
 }
 
@@ -655,26 +708,27 @@ fn fused_swiglu_equals_separate_ops() {
 fn fused_norm_quantize_equals_separate_ops() {
     let Some(g) = gpu() else { return };
     let mut rng = StdRng::seed_from_u64(10);
-    let (rows, cols, n) = (64, 1024, 3);
+    // 1024 columns: 32 blocks, 4 rounds of the kernel's 8; 864: 27, the last round partial.
+    for cols in [1024, 864] {
+        fused_norm_quantize_case(&g, &mut rng, cols);
+    }
+}
+
+fn fused_norm_quantize_case(g: &hearth_wgpu::WgpuBackend, rng: &mut StdRng, cols: usize) {
+    let (rows, n) = (64, 3);
     let w = g
         .load_weight(weight(
             "w",
             GgmlType::Q8_0,
             rows,
             cols,
-            &random(&mut rng, rows * cols),
+            &random(rng, rows * cols),
         ))
         .expect("weight");
     let nw = g
-        .load_weight(weight(
-            "norm",
-            GgmlType::F32,
-            1,
-            cols,
-            &random(&mut rng, cols),
-        ))
+        .load_weight(weight("norm", GgmlType::F32, 1, cols, &random(rng, cols)))
         .expect("norm");
-    let x = g.upload(&random(&mut rng, n * cols), n, cols).expect("x");
+    let x = g.upload(&random(rng, n * cols), n, cols).expect("x");
     let host = |t: &hearth_wgpu::WgpuTensor| g.to_host(t).expect("to_host");
     let matmul = |h: &hearth_wgpu::WgpuTensor| {
         let mut out = g.alloc(n, rows).expect("alloc");
@@ -686,11 +740,15 @@ fn fused_norm_quantize_equals_separate_ops() {
     let mut fused = g.rms_norm_copy(&x, &nw, 1e-6).expect("norm");
     let mut apart = g.copy(&x).expect("copy");
     g.rms_norm(&mut apart, &nw, cols, 1e-6).expect("norm");
-    assert_eq!(bits(host(&fused)), bits(host(&apart)), "normed values");
+    assert_eq!(
+        bits(host(&fused)),
+        bits(host(&apart)),
+        "normed values, {cols}"
+    );
     assert_eq!(
         bits(matmul(&fused)),
         bits(matmul(&apart)),
-        "matmul of the normed values"
+        "matmul of the normed values, {cols}"
     );
     // Written again: the blocks quantized by the norm no longer apply.
     g.scale(&mut fused, -3.5).expect("scale");
@@ -698,7 +756,7 @@ fn fused_norm_quantize_equals_separate_ops() {
     assert_eq!(
         bits(matmul(&fused)),
         bits(matmul(&apart)),
-        "matmul after a write"
+        "matmul after a write, {cols}"
     );
 }
 

@@ -19,6 +19,7 @@
 @group(0) @binding(5) var<storage, read_write> out: array<f32>; // [n_tokens, n_heads * head_dim]
 @group(0) @binding(6) var<storage, read> p: AttnParams;
 @group(0) @binding(7) var<storage, read> aux: array<u32>;       // [n_tokens, 2] (pos, table), tables
+@group(0) @binding(8) var<storage, read_write> oq: array<u32>;  // p.q8: out as Q8_0 (quantize.wgsl)
 
 @compute @workgroup_size(64)
 fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -127,6 +128,42 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
             let d = lid + 64u * r;
             if (d < hd) {
                 out[(t * p.n_heads + h) * hd + d] = acc[r];
+            }
+        }
+    }
+    if (p.q8 != 0u) {
+        quantize_head(acc, (t * p.n_heads + h) * hd / 32u, live, lid);
+    }
+}
+
+var<workgroup> head_out: array<f32, 256>;
+
+// The head's output (acc as `attention` holds it) as Q8_0 blocks first_block .. in `oq`, the
+// bits quantize.wgsl gives: the o projection's 8-bit matmul then needs no quantize dispatch.
+// head_dim is a multiple of 32 (the host asks for it only then).
+fn quantize_head(acc: array<f32, 4>, first_block: u32, live: bool, lid: u32) {
+    let hd = p.head_dim;
+    for (var r = 0u; r < 4u; r++) {
+        let d = lid + 64u * r;
+        if (d < hd) {
+            head_out[d] = acc[r];
+        }
+    }
+    workgroupBarrier();
+    let n_blocks = hd / 32u;
+    for (var k0 = 0u; k0 < n_blocks; k0 += 8u) {
+        let k = k0 + lid / 8u;
+        let mine = live && k < n_blocks;
+        let i = 32u * k + 4u * (lid % 8u);
+        var v = vec4<f32>(0.0);
+        if (mine) {
+            v = vec4<f32>(head_out[i], head_out[i + 1u], head_out[i + 2u], head_out[i + 3u]);
+        }
+        let qd = quantize_part_q8_0(v, lid);
+        if (mine) {
+            oq[8u * (first_block + k) + lid % 8u] = qd.x;
+            if (lid % 8u == 0u) {
+                oq[p.q8_scales + first_block + k] = qd.y;
             }
         }
     }

@@ -17,6 +17,8 @@ struct AttnParams {
     ml_at: u32,    // attention_split: where the chunks' (max, sum) pairs start in `part`
     acc_at: u32,   // attention_split: where the chunks' weighted value sums start in `part`
     zero: u32,     // 0, for `keep`
+    q8: u32,       // attention: 1: also write the output as Q8_0 blocks to `oq`
+    q8_scales: u32, // attention: first word of the block scales in `oq`
 }
 
 var<workgroup> qs: array<f32, 256>; // the query of the workgroup's head, f16-rounded

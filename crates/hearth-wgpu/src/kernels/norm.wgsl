@@ -113,14 +113,33 @@ fn rms_norm_to(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw
 fn rms_norm_to_q8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
     let g = flat_group(wg, nwg);
-    norm_group(g, lid, true);
-    // The row's values, written by every thread of the workgroup, are read back by others.
-    storageBarrier();
-    workgroupBarrier();
+    let live = g < p.n_groups;
+    let base = g * p.group;
+    let inv = inv_rms(base, live, lid, true);
+    // 8 blocks of 32 values at a time, 8 threads per block (see quantize_part_q8_0): each
+    // thread normalizes 4 values as norm_group does, stores them and quantizes them.
     let per_row = p.group / 32u;
-    if (g < p.n_groups) {
-        for (var k = lid; k < per_row; k += 64u) {
-            quantize_block_q8_0(g * per_row + k, p.q_scales);
+    for (var k0 = 0u; k0 < per_row; k0 += 8u) {
+        let k = k0 + lid / 8u;
+        let i = 32u * k + 4u * (lid % 8u);
+        let mine = live && k < per_row;
+        var v = vec4<f32>(0.0);
+        if (mine) {
+            v = vec4<f32>(aux[base + i] * inv * wt[i], aux[base + i + 1u] * inv * wt[i + 1u],
+                          aux[base + i + 2u] * inv * wt[i + 2u],
+                          aux[base + i + 3u] * inv * wt[i + 3u]);
+            x[base + i] = v.x;
+            x[base + i + 1u] = v.y;
+            x[base + i + 2u] = v.z;
+            x[base + i + 3u] = v.w;
+        }
+        let qd = quantize_part_q8_0(v, lid);
+        if (mine) {
+            let b = g * per_row + k;
+            q[8u * b + lid % 8u] = qd.x;
+            if (lid % 8u == 0u) {
+                q[p.q_scales + b] = qd.y;
+            }
         }
     }
 }

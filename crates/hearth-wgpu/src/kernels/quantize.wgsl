@@ -30,12 +30,30 @@ struct QuantParams {
 @group(0) @binding(1) var<storage, read_write> q: array<u32>;  // see above
 @group(0) @binding(2) var<storage, read> p: QuantParams;
 
-// Q8_0 (also the quants of Q8_1): see `quantize_block_q8_0`. One thread per block of 32.
+// x[at .. at + 8], loaded together: one wait for memory instead of eight where each value
+// would be used as soon as it is loaded (GPU compilers keep the order of a loop's loads).
+fn x8(at: u32) -> array<f32, 8> {
+    return array<f32, 8>(x[at], x[at + 1u], x[at + 2u], x[at + 3u], x[at + 4u], x[at + 5u],
+                         x[at + 6u], x[at + 7u]);
+}
+
+// Q8_0 (also the quants of Q8_1): see `quantize_part_q8_0`. 8 blocks of 32 per workgroup.
 @compute @workgroup_size(64)
-fn quantize_q8_0(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let b = flat_thread(gid, nwg);
-    if (b < p.n) {
-        quantize_block_q8_0(b, p.scales);
+fn quantize_q8_0(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let b = flat_group(wg, nwg) * 8u + lid / 8u;
+    let at = 32u * b + 4u * (lid % 8u);
+    let live = b < p.n;
+    var v = vec4<f32>(0.0);
+    if (live) {
+        v = vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
+    }
+    let qd = quantize_part_q8_0(v, lid);
+    if (live) {
+        q[at / 4u] = qd.x;
+        if (lid % 8u == 0u) {
+            q[p.scales + b] = qd.y;
+        }
     }
 }
 
@@ -50,7 +68,7 @@ fn quantize_q8_k(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
     }
     var amax = 0.0;
     var mx = 0.0;
-    // Eight loads in flight at a time (see quantize_block_q8_0), scanned in order.
+    // Eight loads in flight at a time (see `x8`), scanned in order.
     for (var i0 = 0u; i0 < 256u; i0 += 8u) {
         var v8 = x8(256u * b + i0);
         for (var i = 0u; i < 8u; i++) {

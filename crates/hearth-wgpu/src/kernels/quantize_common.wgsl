@@ -1,6 +1,5 @@
-// Activation quantization shared by quantize.wgsl and norm.wgsl (see quantize.wgsl for the
-// layout and for why the division is done in integer arithmetic). The including file declares
-// `x: array<f32>` (the values) and `q: array<u32>` (the blocks, read_write).
+// Activation quantization shared by quantize.wgsl, norm.wgsl and attention.wgsl (see
+// quantize.wgsl for the layout and for why the division is done in integer arithmetic).
 
 // 24-bit significand (hidden bit included) and unbiased exponent of a positive finite value,
 // normalized so that the significand's top bit is bit 23 (also for subnormals).
@@ -55,49 +54,39 @@ fn div_long_rn(a: f32, b: f32) -> f32 {
     return bitcast<f32>((u32(e + 127) << 23u) | (qt & 0x7fffffu));
 }
 
-// x[at .. at + 8], loaded together: one wait for memory instead of eight where each value
-// would be used as soon as it is loaded (GPU compilers keep the order of a loop's loads).
-fn x8(at: u32) -> array<f32, 8> {
-    return array<f32, 8>(x[at], x[at + 1u], x[at + 2u], x[at + 3u], x[at + 4u], x[at + 5u],
-                         x[at + 6u], x[at + 7u]);
-}
-
 // The low byte of an integer-valued f32 in -128..=127.
 fn byte_of(v: f32) -> u32 {
     return u32(i32(v)) & 0xffu;
 }
 
-// Q8_0 block b of x (also the quants of Q8_1): d = amax / 127 stored as f16,
-// q = round_half_even(v · id) with id = 127 / amax, as the CPU's `q8_0_ref`; its quants at word
-// 8b of q, its scale (as f32) at word `scales + b`.
+// Q8_0 blocks (also the quants of Q8_1) spread over 8 consecutive threads of a 64-thread
+// workgroup, 4 values each: d = amax / 127 stored as f16, q = round_half_even(v · id) with
+// id = 127 / amax, as the CPU's `q8_0_ref`. Returns the thread's word of 4 quants and the
+// block's scale (the f16 as f32 bits). Every thread of the workgroup must call it (barriers);
+// threads without values pass zeros.
 //
-// NOTE: the 32 values are loaded into registers first, eight per statement. In a loop that
-// uses each load at once, a GPU waits out the memory latency once per value: 32 waits made
-// this one dispatch 17 µs on an H100 (Vulkan), a fifth of that with the loads in flight together.
-fn quantize_block_q8_0(b: u32, scales: u32) {
-    var v: array<f32, 32>;
-    for (var i = 0u; i < 32u; i += 8u) {
-        let a = x8(32u * b + i);
-        for (var j = 0u; j < 8u; j++) {
-            v[i + j] = a[j];
-        }
-    }
+// NOTE: 8 threads per block rather than one: a thread that loads, scans and quantizes a whole
+// block waits on memory and on the divisions alone, and one dispatch of 32 such blocks took
+// 17-21 µs on an H100 through Vulkan.
+var<workgroup> part_max: array<f32, 64>;
+
+fn quantize_part_q8_0(v: vec4<f32>, lid: u32) -> vec2<u32> {
+    part_max[lid] = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
+    workgroupBarrier();
+    let first = lid & ~7u;
     var amax = 0.0;
-    for (var i = 0u; i < 32u; i++) {
-        amax = max(amax, abs(v[i]));
+    for (var i = 0u; i < 8u; i++) {
+        amax = max(amax, part_max[first + i]);
     }
+    // part_max is written again by the next call.
+    workgroupBarrier();
     var id = 0.0;
     var d = 0.0;
     if (amax != 0.0) {
         id = div_long_rn(127.0, amax);
         d = f16_round(div_long_rn(amax, 127.0));
     }
-    for (var k = 0u; k < 8u; k++) {
-        var word = 0u;
-        for (var j = 0u; j < 4u; j++) {
-            word |= byte_of(round(v[4u * k + j] * id)) << (8u * j);
-        }
-        q[8u * b + k] = word;
-    }
-    q[scales + b] = bitcast<u32>(d);
+    let word = byte_of(round(v.x * id)) | (byte_of(round(v.y * id)) << 8u)
+        | (byte_of(round(v.z * id)) << 16u) | (byte_of(round(v.w * id)) << 24u);
+    return vec2<u32>(word, bitcast<u32>(d));
 }
