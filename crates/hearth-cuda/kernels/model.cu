@@ -39,47 +39,78 @@ extern "C" __global__ void rms_norm_groups(const float* x, const float* __restri
     for (int i = threadIdx.x; i < group; i += blockDim.x) out[i] = g[i] * scale * w[i];
 }
 
+// rms_norm_quantize's output for the 4 values x[row + i ..] with their weights: stored, and
+// quantized with the 7 other lanes of their 32-value group (every lane calls it).
+__device__ __forceinline__ void norm_quantize_store(float4 xs, float4 ws, float scale, float* y,
+                                                    i8* yq, float2* yds, size_t row, int i,
+                                                    int cols) {
+    const bool in = i < cols;
+    const float v[4] = {xs.x * scale * ws.x, xs.y * scale * ws.y, xs.z * scale * ws.z,
+                        xs.w * scale * ws.w};
+    if (in) *reinterpret_cast<float4*>(y + row + i) = make_float4(v[0], v[1], v[2], v[3]);
+    quantize_lane_values_q8_1<4>(v, yq + row + i, yds + (row + i) / 32, in);
+}
+
 // rms_norm_groups over whole rows followed by quantize_q8_1 of the result (gemv_q8a.cu), in
 // one launch: the f32 rows for any consumer, and the 8-bit values with their (d, d * sum q)
 // per 32-value group for the int8-activation GEMVs of decode steps, bit for bit what the two
-// kernels give. Grid: one block per row; cols is a multiple of 32.
-#define NORM_Q_HELD 8
+// kernels give. Grid: one block per row, of at least cols / 4 threads up to 1024, a multiple
+// of 32; cols is a multiple of 32.
+//
+// Thread t takes the 4 consecutive values 4t .. 4t + 3 of each chunk of 4 * blockDim.x (one
+// 16-byte load each of x and w), so 8 lanes hold one 32-value group and a warp quantizes 4
+// groups at once, with 3 shuffle rounds instead of 5 per group. The first NORM_Q_HELD chunks
+// (8192 values with 1024 threads) are loaded before the sum: a decode step's norm is one
+// block, and every global load after the reduction would be one more wait on its critical
+// path. NOTE: the f64 sum of squares runs in another order than rms_norm_groups'; the f32
+// mean can differ only where the f64 sums straddle a rounding midpoint (~2^-29 relative).
+#define NORM_Q_HELD 2
 extern "C" __global__ void rms_norm_quantize(const float* __restrict__ x,
                                              const float* __restrict__ w, float* __restrict__ y,
                                              i8* __restrict__ yq, float2* __restrict__ yds,
                                              int cols, float eps) {
     const size_t row = (size_t)blockIdx.x * cols;
-    // Thread i takes values i, i + blockDim.x, ... in both passes (a warp's 32 values of a pass
-    // are one group, as blockDim.x is a multiple of 32). The first NORM_Q_HELD of them, and
-    // their weights, are loaded before the sum: a decode step's norm is one block, and every
-    // global load after the reduction would be one more wait on its critical path.
-    float xv[NORM_Q_HELD], wv[NORM_Q_HELD];
+    const int step = 4 * blockDim.x;
+    const int first = 4 * threadIdx.x;
+    float4 xv[NORM_Q_HELD], wv[NORM_Q_HELD];
 #pragma unroll
     for (int k = 0; k < NORM_Q_HELD; ++k) {
-        const int i = threadIdx.x + k * blockDim.x;
-        xv[k] = i < cols ? x[row + i] : 0.f;
-        wv[k] = i < cols ? w[i] : 0.f;
+        const int i = first + k * step;
+        const bool in = i < cols;
+        xv[k] = in ? *reinterpret_cast<const float4*>(x + row + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        wv[k] = in ? *reinterpret_cast<const float4*>(w + i) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     double ss = 0.0;
 #pragma unroll
-    for (int k = 0; k < NORM_Q_HELD; ++k) ss += (double)xv[k] * (double)xv[k];
-    for (int i = threadIdx.x + NORM_Q_HELD * blockDim.x; i < cols; i += blockDim.x) {
-        ss += (double)x[row + i] * (double)x[row + i];
+    for (int k = 0; k < NORM_Q_HELD; ++k) {
+        const float4 v = xv[k];
+        ss += (double)v.x * (double)v.x;
+        ss += (double)v.y * (double)v.y;
+        ss += (double)v.z * (double)v.z;
+        ss += (double)v.w * (double)v.w;
+    }
+    for (int i = first + NORM_Q_HELD * step; i < cols; i += step) {
+        const float4 v = *reinterpret_cast<const float4*>(x + row + i);
+        ss += (double)v.x * (double)v.x;
+        ss += (double)v.y * (double)v.y;
+        ss += (double)v.z * (double)v.z;
+        ss += (double)v.w * (double)v.w;
     }
     const float mean = (float)(block_sum_f64(ss) / (double)cols);
     const float scale = 1.0f / sqrtf(mean + eps);
+    // Every lane calls the quantizer (it shuffles); lanes past the row store nothing, and a
+    // 32-value group is either wholly inside the row or wholly past it.
 #pragma unroll
     for (int k = 0; k < NORM_Q_HELD; ++k) {
-        const int i = threadIdx.x + k * blockDim.x;
-        if (i >= cols) break;  // the same for the whole warp (cols is a multiple of 32)
-        const float v = xv[k] * scale * wv[k];
-        y[row + i] = v;
-        quantize_group_q8_1(v, yq + row + i, yds + (row + i) / 32);
+        if (k * step >= cols) break;  // the same for the whole block
+        norm_quantize_store(xv[k], wv[k], scale, y, yq, yds, row, first + k * step, cols);
     }
-    for (int i = threadIdx.x + NORM_Q_HELD * blockDim.x; i < cols; i += blockDim.x) {
-        const float v = x[row + i] * scale * w[i];
-        y[row + i] = v;
-        quantize_group_q8_1(v, yq + row + i, yds + (row + i) / 32);
+    for (int i = first + NORM_Q_HELD * step; i - first < cols; i += step) {
+        const bool in = i < cols;
+        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+        norm_quantize_store(in ? *reinterpret_cast<const float4*>(x + row + i) : zero,
+                            in ? *reinterpret_cast<const float4*>(w + i) : zero, scale, y, yq,
+                            yds, row, i, cols);
     }
 }
 

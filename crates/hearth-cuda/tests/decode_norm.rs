@@ -57,13 +57,17 @@ fn fused_norm_quantize_gives_the_unfused_bits() {
     };
     let cpu = CpuBackend::new(2).expect("cpu backend");
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-    for ty in [
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q6_K,
-        GgmlType::Q4_0,
+    // 864 columns: a last warp partly past the row; 10240: more than the values a thread
+    // holds through the reduction (8192 with 1024 threads).
+    for (ty, cols) in [
+        (GgmlType::Q8_0, 1024),
+        (GgmlType::Q4_K, 1024),
+        (GgmlType::Q6_K, 1024),
+        (GgmlType::Q4_0, 1024),
+        (GgmlType::Q8_0, 864),
+        (GgmlType::Q4_K, 10240),
     ] {
-        let (cols, out_cols) = (1024, 384);
+        let out_cols = 384;
         let norm: Vec<f32> = (0..cols).map(|_| rng.gen_range(0.5..1.5)).collect();
         let norm_bytes: Vec<u8> = norm.iter().flat_map(|v| v.to_le_bytes()).collect();
         let norm = weight("norm", GgmlType::F32, 1, cols, norm_bytes);
@@ -92,7 +96,7 @@ fn fused_norm_quantize_gives_the_unfused_bits() {
                     .iter()
                     .zip(&apart)
                     .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{ty} x{rows}: the fused norm changed the GEMV's result"
+                "{ty} {cols} cols x{rows}: the fused norm changed the GEMV's result"
             );
             let want = norm_then_matmul(&cpu, &x, shape, &norm_cpu, &w_cpu, out_cols, true);
             let num: f64 = fused
@@ -102,7 +106,7 @@ fn fused_norm_quantize_gives_the_unfused_bits() {
                 .sum();
             let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
             let e = num / den;
-            eprintln!("{ty} x{rows}: nmse vs cpu {e:.2e}");
+            eprintln!("{ty} {cols} cols x{rows}: nmse vs cpu {e:.2e}");
             // For Q8_0 / Q4_0 the CPU quantizes the activations the same way (only the
             // summation order differs); for K-quants it uses 256-value groups (Q8_K), whose
             // rounding differs from the GPU's 32-value groups by ~1e-5 relative.
@@ -113,7 +117,7 @@ fn fused_norm_quantize_gives_the_unfused_bits() {
             };
             assert!(
                 e < bound,
-                "{ty} x{rows}: nmse {e} ≥ {bound} vs the CPU backend"
+                "{ty} {cols} cols x{rows}: nmse {e} ≥ {bound} vs the CPU backend"
             );
         }
     }

@@ -613,10 +613,11 @@ impl CudaBackend {
     ) -> Result<(), BackendError> {
         check_norm_weight(weight, x.cols, x.cols)?;
         let (q, ds) = self.alloc_q8(st, x.len())?;
-        // NOTE: a warp per 32-value group (up to 32 warps): one block does the whole row, and
+        // NOTE: 4 values per thread, up to 1024 threads: one block does the whole row, and
         // with 8 warps a 4096-wide row took 16 dependent rounds of loads and shuffles per warp
-        // (20 µs, a quarter of an 8B model's decode step on an H100).
-        let threads = x.cols.min(1024) as u32;
+        // (20 µs, a quarter of an 8B model's decode step on an H100). A multiple of 32
+        // threads: the kernel's shuffles take whole warps.
+        let threads = (x.cols / 4).clamp(32, 1024).next_multiple_of(32) as u32;
         let args = [
             Arg::P(x.ptr),
             Arg::P(weight.ptr),
