@@ -153,6 +153,7 @@ pub(crate) fn attention(
         0, // zero: see prelude.wgsl's `keep`
         0, // q8
         0, // q8_scales
+        0, // own_kv
     ];
     let aux = words(&aux);
     let (kc, vc) = &cache.layers[layer];
@@ -172,6 +173,10 @@ pub(crate) fn attention(
     } else {
         None
     };
+    // A decode step (every sequence brings one token) on the single kernel: the attention
+    // kernel writes the keys and values itself (see attention.wgsl): a dispatch fewer.
+    let own_kv = single_kernel && batch.seqs.iter().all(|s| s.n_tokens <= 1);
+    params[15] = own_kv as u32;
     let single = words(&params);
     let binds = [
         Bind::Buffer(&q.buf),
@@ -185,13 +190,15 @@ pub(crate) fn attention(
         Bind::Buffer(oq.as_ref().map_or(&be.dummy_rw, |q| &q.buf.buf)),
     ];
     let mut rec = be.recorder();
-    rec.dispatch(
-        &be.gpu,
-        Module::Attention(be.gpu.info.native_fma),
-        "kv_write",
-        &binds,
-        Grid::Threads(n * kv_dim / 2),
-    )?;
+    if !own_kv {
+        rec.dispatch(
+            &be.gpu,
+            Module::Attention(be.gpu.info.native_fma),
+            "kv_write",
+            &binds,
+            Grid::Threads(n * kv_dim / 2),
+        )?;
+    }
     if single_kernel {
         rec.dispatch(
             &be.gpu,

@@ -35,6 +35,49 @@ fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     vc[slot * half_dim + d] = pack_f16(v[2u * i], v[2u * i + 1u]);
 }
 
+// With p.own_kv (a decode step: every token its sequence's only one), `attention` also does
+// kv_write's work: the first query head of each KV head stores the token's key and value in
+// their slot. The other workgroups of the dispatch may not read that slot (its writer may not
+// have run yet), so every workgroup takes its token's own key and value from `k` and `v`,
+// packed to f16 words as kv_write packs them, into own_k / own_v: the same words, the same
+// bits. Other positions are never written by this dispatch.
+var<workgroup> own_k: array<u32, 128>;
+var<workgroup> own_v: array<u32, 128>;
+
+// Word w of the token's own value (see above).
+fn own_value_word(w: u32) -> u32 {
+    return own_v[w];
+}
+
+// `score` of the token's own position, from own_k.
+fn own_score() -> f32 {
+    var s = 0.0;
+    for (var d = 0u; d < p.head_dim / 2u; d++) {
+        let kk = unpack2x16float(own_k[d]);
+        s += keep(qs[2u * d] * kk.x) + keep(qs[2u * d + 1u] * kk.y);
+    }
+    return scaled_score(s);
+}
+
+// The token's own key and value to own_k / own_v, and to the cache from the first query head
+// of each KV head.
+fn take_own_kv(t: u32, h: u32, kv_head: u32, slot: u32, lid: u32) {
+    let half = p.head_dim / 2u;
+    let half_dim = p.n_kv_heads * half;
+    let at = t * 2u * half_dim + kv_head * p.head_dim;
+    let writes = h % (p.n_heads / p.n_kv_heads) == 0u;
+    for (var d = lid; d < half; d += 64u) {
+        let kw = pack_f16(k[at + 2u * d], k[at + 2u * d + 1u]);
+        let vw = pack_f16(v[at + 2u * d], v[at + 2u * d + 1u]);
+        own_k[d] = kw;
+        own_v[d] = vw;
+        if (writes) {
+            kc[slot * half_dim + kv_head * half + d] = kw;
+            vc[slot * half_dim + kv_head * half + d] = vw;
+        }
+    }
+}
+
 // Scores a thread keeps from pass 1 for pass 2: positions up to 64 · KEPT past the first
 // visible one (decode runs attention_split.wgsl past 128).
 const KEPT: u32 = 4u;
@@ -66,6 +109,11 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
     for (var d = lid; d < hd; d += 64u) {
         qs[d] = f16_round(q[(t * p.n_heads + h) * hd + d]);
     }
+    let own_kv = p.own_kv != 0u;
+    if (own_kv && live) {
+        take_own_kv(t, h, kv_head, slot_of(aux[2u * t + 1u], aux[2u * t]), lid);
+    }
+    // (Also the barrier behind qs, own_k and own_v.)
     let sp = workgroupUniformLoad(&span);
     let table = workgroupUniformLoad(&table_at);
 
@@ -75,7 +123,12 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
     var l = 0.0;
     var kept: array<f32, KEPT>;
     for (var j = sp.x + lid; j <= sp.y; j += 64u) {
-        let s = score(kv_head, table, j);
+        var s = 0.0;
+        if (own_kv && j == sp.y) {
+            s = own_score();
+        } else {
+            s = score(kv_head, table, j);
+        }
         let k = (j - sp.x) / 64u;
         if (k < KEPT) {
             kept[k] = s;
@@ -113,6 +166,8 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
             var s = 0.0;
             if (k < KEPT) {
                 s = kept[k];
+            } else if (own_kv && j == sp.y) {
+                s = own_score();
             } else {
                 s = score(kv_head, table, j);
             }
@@ -120,7 +175,8 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
         }
         weights[lid] = wj;
         workgroupBarrier();
-        add_values(&acc, table, j0, min(64u, sp.y + 1u - j0), head_at, lid);
+        let own = select(0xffffffffu, sp.y - j0, own_kv);
+        add_values(&acc, table, j0, min(64u, sp.y + 1u - j0), head_at, lid, own);
         workgroupBarrier();
     }
     if (live) {

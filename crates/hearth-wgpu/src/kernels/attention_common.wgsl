@@ -1,7 +1,8 @@
 // What the attention kernels share (attention.wgsl, attention_split.wgsl): their parameters,
 // the slot of a position in the paged cache, a query-key score and a weighted sum of values.
-// The including file declares `kc` and `vc` (the key and value caches), `p`, `aux` and
-// `weights` (a tile's softmax weights, `array<f32, 64>` in workgroup memory).
+// The including file declares `kc` and `vc` (the key and value caches), `p`, `aux`,
+// `weights` (a tile's softmax weights, `array<f32, 64>` in workgroup memory) and
+// `own_value_word`.
 
 struct AttnParams {
     n_tokens: u32,
@@ -19,6 +20,7 @@ struct AttnParams {
     zero: u32,     // 0, for `keep`
     q8: u32,       // attention: 1: also write the output as Q8_0 blocks to `oq`
     q8_scales: u32, // attention: first word of the block scales in `oq`
+    own_kv: u32,    // attention: 1: write each token's own key and value (see attention.wgsl)
 }
 
 var<workgroup> qs: array<f32, 256>; // the query of the workgroup's head, f16-rounded
@@ -51,7 +53,12 @@ fn score(kv_head: u32, table: u32, j: u32) -> f32 {
         let kk = unpack2x16float(kc[base + d]);
         s += keep(qs[2u * d] * kk.x) + keep(qs[2u * d + 1u] * kk.y);
     }
-    s *= p.scale;
+    return scaled_score(s);
+}
+
+// The query-key product `s` scaled and soft-capped.
+fn scaled_score(dot: f32) -> f32 {
+    var s = dot * p.scale;
     if (p.softcap > 0.0) {
         s = keep(p.softcap * tanh(div_rn(s, p.softcap)));
     }
@@ -62,8 +69,11 @@ fn score(kv_head: u32, table: u32, j: u32) -> f32 {
 // acc[r] += weights[jj] · (value of position start + jj)[d] for jj < n (n ≤ 64), in order of
 // jj, where d = lid + 64 r < head_dim and head_at is the kv head's first word in a slot.
 // Four positions' values are loaded before any is added (see `score`).
+//
+// Where `own` < n, position start + own is the token's own one, whose values are not in the
+// cache yet: they come from `own_value_word` (the step's own values, see attention.wgsl).
 fn add_values(acc: ptr<function, array<f32, 4>>, table: u32, start: u32, n: u32, head_at: u32,
-              lid: u32) {
+              lid: u32, own: u32) {
     let hd = p.head_dim;
     let half_dim = p.n_kv_heads * hd / 2u;
     var jj = 0u;
@@ -77,6 +87,9 @@ fn add_values(acc: ptr<function, array<f32, 4>>, table: u32, start: u32, n: u32,
             if (d < hd) {
                 var vals = array<u32, 4>(vc[base[0] + d / 2u], vc[base[1] + d / 2u],
                                          vc[base[2] + d / 2u], vc[base[3] + d / 2u]);
+                if (own - jj < 4u) {
+                    vals[own - jj] = own_value_word(d / 2u);
+                }
                 for (var i = 0u; i < 4u; i++) {
                     let pair = unpack2x16float(vals[i]);
                     (*acc)[r] += keep(weights[jj + i] * select(pair.x, pair.y, (d & 1u) == 1u));
@@ -89,7 +102,11 @@ fn add_values(acc: ptr<function, array<f32, 4>>, table: u32, start: u32, n: u32,
         for (var r = 0u; r < 4u; r++) {
             let d = lid + 64u * r;
             if (d < hd) {
-                let pair = unpack2x16float(vc[base + d / 2u]);
+                var word = vc[base + d / 2u];
+                if (jj == own) {
+                    word = own_value_word(d / 2u);
+                }
+                let pair = unpack2x16float(word);
                 (*acc)[r] += keep(weights[jj] * select(pair.x, pair.y, (d & 1u) == 1u));
             }
         }

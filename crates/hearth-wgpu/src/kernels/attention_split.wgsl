@@ -20,6 +20,11 @@
 @group(0) @binding(5) var<storage, read> aux: array<u32>;        // as in attention.wgsl
 @group(0) @binding(6) var<storage, read_write> part: array<f32>; // the scratch above
 
+// The split kernels read every position from the cache (kv_write runs before them).
+fn own_value_word(w: u32) -> u32 {
+    return 0u;
+}
+
 var<workgroup> red_m: array<f32, 64>;
 var<workgroup> red_l: array<f32, 64>;
 var<workgroup> weights: array<f32, 64>;
@@ -137,7 +142,7 @@ fn attn_split_values(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgrou
     if (start <= j.last) {
         n = min(64u, j.last + 1u - start);
     }
-    add_values(&acc, j.table, start, n, kv_head * hd / 2u, lid);
+    add_values(&acc, j.table, start, n, kv_head * hd / 2u, lid, 0xffffffffu);
     for (var r = 0u; r < 4u; r++) {
         let d = lid + 64u * r;
         if (d < hd) {
