@@ -6,7 +6,9 @@
 #      8-bit matmuls use it and must give the CPU's bits), then the golden model tests on the
 #      tiny Qwen3 f16 and Q8_0 fixtures (logits and greedy) with HEARTH_TEST_DEVICE=wgpu;
 #   2. a real-shape synthetic Qwen3-0.6B (synth_gguf.py, carried), quantized by hearth to Q8_0,
-#      benchmarked with `hearth bench --device wgpu` and `--device cuda`.
+#      benchmarked with `hearth bench --device wgpu` and `--device cuda`;
+#   3. a decode profile (HEARTH_WGPU_PROFILE=1: GPU time per kernel) and the GPU's clocks and
+#      utilization during unprofiled decode.
 # The Vulkan loader is not installed there: carry its Debian packages in .gl/ (see the device
 # notes) and this script unpacks them. Logs go to $OUT.
 set -uo pipefail
@@ -50,5 +52,20 @@ for device in wgpu cuda; do
   timeout 240 "$bin/hearth" bench "$m" --device "$device" -p 512 -n 128 -r 3 2>&1 |
     tee "$out/bench-$device.txt" || status=1
 done
+# Where a decode step's GPU time goes (see crates/hearth-wgpu/src/profile.rs), and the GPU's
+# clock and utilization while it decodes without the profiler.
+echo "== wgpu decode profile"
+HEARTH_WGPU_PROFILE=1 timeout 240 "$bin/hearth" bench "$m" --device wgpu -p 16 -n 64 -r 1 \
+  >"$out/profile-wgpu.txt" 2>&1 || status=1
+sed -n '/GPU time by kernel/,$p' "$out/profile-wgpu.txt" | head -24
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=clocks.sm,pstate,utilization.gpu --format=csv,noheader -lms 500 \
+    >"$out/clocks-wgpu.txt" 2>&1 &
+  smi=$!
+  timeout 120 "$bin/hearth" bench "$m" --device wgpu -p 16 -n 256 -r 1 2>&1 | grep '^tg'
+  kill "$smi"
+  echo "clocks while decoding (SM clock, P-state, utilization; count of 0.5 s samples):"
+  sort "$out/clocks-wgpu.txt" | uniq -c | sort -rn | head -5
+fi
 echo "== exit status $status"
 exit $status
