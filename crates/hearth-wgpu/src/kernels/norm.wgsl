@@ -47,8 +47,8 @@ fn input(i: u32, from_aux: bool) -> f32 {
 fn inv_rms(base: u32, live: bool, lid: u32, from_aux: bool) -> f32 {
     var acc = vec2<f32>(0.0, 0.0);
     if (live) {
-        // Four loads in flight, then added in the same order as one at a time (see x8 in
-        // quantize_common.wgsl for why).
+        // Four loads in flight, then added in the same order as one at a time (see `x8` in
+        // quantize.wgsl for why).
         var i = lid;
         for (; i + 192u < p.group; i += 256u) {
             let v0 = input(base + i, from_aux);
