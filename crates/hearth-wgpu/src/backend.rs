@@ -154,6 +154,7 @@ impl WgpuBackend {
                 self.gpu.info.max_binding
             )
         })?;
+        crate::profile::BUFFERS_CREATED.fetch_add(1, Ordering::Relaxed);
         Ok(self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: None,
             size: bytes.max(16).next_multiple_of(4),
@@ -177,6 +178,7 @@ impl WgpuBackend {
                 self.gpu.info.max_binding
             )
         })?;
+        crate::profile::BUFFERS_CREATED.fetch_add(1, Ordering::Relaxed);
         let mut padded;
         let mut contents = bytes;
         let len = bytes.len().max(16).next_multiple_of(4);
@@ -338,7 +340,9 @@ impl WgpuBackend {
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
+        let waiting = std::time::Instant::now();
         self.wait()?;
+        self.recorder().note_wait(waiting.elapsed());
         match rx.try_recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(WgpuError::Device(format!("read-back: {e}")).into()),

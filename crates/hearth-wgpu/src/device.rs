@@ -70,7 +70,7 @@ impl Gpu {
         if subgroups {
             wanted |= wgpu::Features::SUBGROUP;
         }
-        let profiling = crate::profile::wanted();
+        let profiling = crate::profile::wanted() == crate::profile::Wanted::Gpu;
         if profiling {
             wanted |=
                 wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;

@@ -5,10 +5,11 @@
 //! whole rows where one binding cannot hold them: see `weight.rs`), activations are f32, the KV
 //! cache is paged and stored as f16. Before a matmul with a Q8_0, Q4_0, Q5_0, Q4_K, Q5_K or
 //! Q6_K weight the activations are quantized to 8-bit blocks on the device, as the CPU backend
-//! does, and multiplied with integer dot products (see `int8.rs`). Every dispatch between two
-//! read-backs is recorded into one compute pass of one command encoder and submitted once (see
-//! [`recorder`]): on Metal each pass ends a command buffer, and hundreds of them per token cost
-//! more than the arithmetic. Activation buffers are pooled (`pool.rs`) and bind groups cached,
+//! does, and multiplied with integer dot products (see `int8.rs`). Dispatches are recorded
+//! into one compute pass of one command encoder per batch of 64, submitted when the batch is
+//! full or at a read-back (see [`recorder`]): on Metal each pass ends a command buffer, and
+//! hundreds of them per token cost more than the arithmetic, while a few let the GPU start on
+//! a step before the host has recorded all of it. Activation buffers are pooled (`pool.rs`) and bind groups cached,
 //! so that recording a decode step costs the host little more than wgpu's own bookkeeping.
 //! Whether the device's `fma` is fused is found by running it (`fma_probe.rs`).
 

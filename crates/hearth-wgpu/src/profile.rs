@@ -6,6 +6,10 @@
 //! are slower) and added up by entry point; the table goes to stderr when the backend is
 //! dropped.
 //!
+//! With `HEARTH_WGPU_PROFILE=host` it times the host instead, without timestamps (which make
+//! every submit wait): how long recording, submitting and waiting for read-backs take per
+//! batch, to see how much of a step the GPU sits idle while the host records it.
+//!
 //! NOTE: Vulkan writes a pass's timestamps when all earlier work has finished, so a dispatch's
 //! time here includes the barrier in front of it and its launch, not only its arithmetic: what
 //! it costs the step. "between dispatches" is the rest of the pass's time.
@@ -21,9 +25,81 @@ pub(crate) const MAX_TIMED: u32 = 2048;
 /// The environment variable that turns profiling on.
 pub(crate) const PROFILE_VAR: &str = "HEARTH_WGPU_PROFILE";
 
-/// Whether profiling was asked for.
-pub(crate) fn wanted() -> bool {
-    std::env::var_os(PROFILE_VAR).is_some_and(|v| !v.is_empty() && v != "0")
+/// What profiling was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wanted {
+    None,
+    /// GPU timestamps around every dispatch.
+    Gpu,
+    /// Host-side times only.
+    Host,
+}
+
+/// What profiling `HEARTH_WGPU_PROFILE` asks for.
+pub(crate) fn wanted() -> Wanted {
+    match std::env::var(PROFILE_VAR).as_deref() {
+        Err(_) | Ok("") | Ok("0") => Wanted::None,
+        Ok("host") => Wanted::Host,
+        Ok(_) => Wanted::Gpu,
+    }
+}
+
+/// Host time spent on batches of dispatches (see the module note); batches that compiled a
+/// kernel are left out.
+#[derive(Default)]
+pub(crate) struct HostTimes {
+    /// From a batch's first dispatch to its submit.
+    pub record_ns: u128,
+    /// In `Queue::submit` and the arena write before it.
+    pub submit_ns: u128,
+    /// Waiting for the device in read-backs (all of them).
+    pub wait_ns: u128,
+    /// Inside `Recorder::dispatch` (the rest of `record_ns` is the caller's own work).
+    pub dispatch_ns: u128,
+    /// Ending the compute pass, where wgpu checks and encodes the recorded commands.
+    pub pass_end_ns: u128,
+    pub batches: u64,
+    pub dispatches: u64,
+    pub read_backs: u64,
+    /// Bind groups created.
+    pub groups: u64,
+}
+
+/// Buffers the backend has created (weights, activations, staging), for [`HostTimes`].
+pub(crate) static BUFFERS_CREATED: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
+impl HostTimes {
+    pub fn report(&self) -> String {
+        let per = |ns: u128, n: u64| ns as f64 / 1e3 / n.max(1) as f64;
+        format!(
+            "wgpu host time: {} batches, {} dispatches, {} read-backs, {} bind groups and {} \
+             buffers created\n\
+             recording {:.3} ms ({:.2} us/dispatch: {:.2} in dispatch, {:.2} ending passes), \
+             submitting {:.3} ms ({:.1} us/batch), waiting {:.3} ms ({:.1} us/read-back)\n",
+            self.batches,
+            self.dispatches,
+            self.read_backs,
+            self.groups,
+            BUFFERS_CREATED.load(std::sync::atomic::Ordering::Relaxed),
+            self.record_ns as f64 / 1e6,
+            per(self.record_ns, self.dispatches),
+            per(self.dispatch_ns, self.dispatches),
+            per(self.pass_end_ns, self.dispatches),
+            self.submit_ns as f64 / 1e6,
+            per(self.submit_ns, self.batches),
+            self.wait_ns as f64 / 1e6,
+            per(self.wait_ns, self.read_backs),
+        )
+    }
+}
+
+impl Drop for HostTimes {
+    fn drop(&mut self) {
+        if self.batches > 0 {
+            eprint!("{}", self.report());
+        }
+    }
 }
 
 #[derive(Default, Clone, Copy)]
