@@ -64,6 +64,15 @@ pub trait Backend: Send + Sync {
     /// Prepare a weight for this device. The CPU backend keeps a reference to the host bytes
     /// (no copy); a GPU backend uploads them.
     fn load_weight(&self, weight: HostWeight) -> Result<Self::Weight, BackendError>;
+    /// Prepare weights that multiply the same input (q, k and v; gate and up), in order. A
+    /// backend may store them side by side so that one kernel reads them all (see
+    /// [`Self::matmul3`] and [`Self::gated_matmul`]); the default loads them one by one.
+    fn load_weight_group(
+        &self,
+        weights: Vec<HostWeight>,
+    ) -> Result<Vec<Self::Weight>, BackendError> {
+        weights.into_iter().map(|w| self.load_weight(w)).collect()
+    }
     /// Allocate KV storage for `spec.n_blocks` blocks of `spec.block_size` token slots.
     fn new_kv_cache(&self, spec: &KvSpec) -> Result<Self::KvCache, BackendError>;
 

@@ -127,34 +127,34 @@ impl<B: Backend> DecoderModel<B> {
                 };
             // Row ranges of the fused matrices (Phi 3), in the order they are stacked.
             let qkv = q_dim + 2 * kv_dim;
-            let [wq, wk, wv] = if c.fused_projections {
+            let [wq, wk, wv] = loader.load_group(if c.fused_projections {
                 [
-                    loader.load_rows(&n("attn_qkv"), qkv, e, 0..q_dim)?,
-                    loader.load_rows(&n("attn_qkv"), qkv, e, q_dim..q_dim + kv_dim)?,
-                    loader.load_rows(&n("attn_qkv"), qkv, e, q_dim + kv_dim..qkv)?,
+                    loader.host_rows(&n("attn_qkv"), qkv, e, 0..q_dim)?,
+                    loader.host_rows(&n("attn_qkv"), qkv, e, q_dim..q_dim + kv_dim)?,
+                    loader.host_rows(&n("attn_qkv"), qkv, e, q_dim + kv_dim..qkv)?,
                 ]
             } else {
                 [
-                    loader.load(&n("attn_q"), q_dim, e)?,
-                    loader.load(&n("attn_k"), kv_dim, e)?,
-                    loader.load(&n("attn_v"), kv_dim, e)?,
+                    loader.host(&n("attn_q"), q_dim, e)?,
+                    loader.host(&n("attn_k"), kv_dim, e)?,
+                    loader.host(&n("attn_v"), kv_dim, e)?,
                 ]
-            };
+            })?;
             let ffn = match &c.moe {
                 Some(moe) => Ffn::Sparse(SparseFfn::load(loader, i, moe, e)?),
                 None => {
                     let ff = c.n_ff;
-                    let [gate, up] = if c.fused_projections {
+                    let [gate, up] = loader.load_group(if c.fused_projections {
                         [
-                            loader.load_rows(&n("ffn_up"), 2 * ff, e, 0..ff)?,
-                            loader.load_rows(&n("ffn_up"), 2 * ff, e, ff..2 * ff)?,
+                            loader.host_rows(&n("ffn_up"), 2 * ff, e, 0..ff)?,
+                            loader.host_rows(&n("ffn_up"), 2 * ff, e, ff..2 * ff)?,
                         ]
                     } else {
                         [
-                            loader.load(&n("ffn_gate"), ff, e)?,
-                            loader.load(&n("ffn_up"), ff, e)?,
+                            loader.host(&n("ffn_gate"), ff, e)?,
+                            loader.host(&n("ffn_up"), ff, e)?,
                         ]
-                    };
+                    })?;
                     let down = loader.load(&n("ffn_down"), e, ff)?;
                     Ffn::Dense { gate, up, down }
                 }

@@ -223,16 +223,29 @@ impl<'b, B: Backend> TensorLoader<'b, B> {
         Ok(out)
     }
 
-    /// Rows `rows` of tensor `name` (`[n_rows, cols]` in all) prepared by the backend: one
-    /// part of a fused matrix (Phi 3's `qkv_proj`). The part is a view of the stored bytes,
-    /// not a copy.
-    pub fn load_rows(
+    /// Weights that multiply the same input (see [`Backend::load_weight_group`]), from their
+    /// host views ([`Self::host`], [`Self::host_rows`]).
+    pub fn load_group<const N: usize>(
+        &self,
+        hosts: [HostWeight; N],
+    ) -> Result<[B::Weight; N], ModelError> {
+        let loaded = self.backend.load_weight_group(hosts.into())?;
+        let n = loaded.len();
+        loaded.try_into().map_err(|_| ModelError::BadTensor {
+            name: "weight group".into(),
+            reason: format!("the backend returned {n} weights for {N}"),
+        })
+    }
+
+    /// The host view of rows `rows` of tensor `name` (`[n_rows, cols]` in all): one part of a
+    /// fused matrix, a view of the stored bytes, not a copy.
+    pub fn host_rows(
         &self,
         name: &str,
         n_rows: usize,
         cols: usize,
         rows: std::ops::Range<usize>,
-    ) -> Result<B::Weight, ModelError> {
+    ) -> Result<HostWeight, ModelError> {
         let w = self.host(name, n_rows, cols)?;
         let bad = |reason: String| ModelError::BadTensor {
             name: name.to_string(),
@@ -261,7 +274,7 @@ impl<'b, B: Backend> TensorLoader<'b, B> {
             }),
             mlx: None,
         };
-        Ok(self.backend.load_weight(part)?)
+        Ok(part)
     }
 
     /// Like [`Self::load`], but `None` when the source has no such tensor.

@@ -243,15 +243,7 @@ impl WgpuBackend {
         accumulate: bool,
     ) -> Result<(), BackendError> {
         let x = inputs.x;
-        check(
-            x.cols == w.cols && (out.rows, out.cols) == (x.rows, w.rows),
-            || {
-                format!(
-                    "matmul of '{}' [{}, {}] with [{}, {}] into [{}, {}]",
-                    w.name, w.rows, w.cols, x.rows, x.cols, out.rows, out.cols
-                )
-            },
-        )?;
+        check_matmul(w, x, out)?;
         let epilogue = if accumulate {
             Epilogue::Add
         } else {
@@ -265,7 +257,8 @@ impl WgpuBackend {
         let module = Module::Matmul(w.ty, self.gpu.info.subgroups);
         let mut rec = self.recorder();
         // One dispatch per part of the weight, each writing its rows' output features.
-        for WeightPart { buf, rows } in &w.parts {
+        for part in &w.parts {
+            let rows = &part.rows;
             let params = words(&[
                 w.rows as u32,
                 w.cols as u32,
@@ -277,7 +270,7 @@ impl WgpuBackend {
                 0,
             ]);
             let binds = [
-                Bind::Buffer(buf),
+                part.bind(),
                 Bind::Buffer(&x.buf),
                 Bind::Buffer(y),
                 Bind::Host(&params),
@@ -355,6 +348,19 @@ impl WgpuBackend {
     }
 }
 
+/// An error unless `out = w · x` has matching shapes.
+fn check_matmul(w: &WgpuWeight, x: &WgpuTensor, out: &WgpuTensor) -> Result<(), BackendError> {
+    check(
+        x.cols == w.cols && (out.rows, out.cols) == (x.rows, w.rows),
+        || {
+            format!(
+                "matmul of '{}' [{}, {}] with [{}, {}] into [{}, {}]",
+                w.name, w.rows, w.cols, x.rows, x.cols, out.rows, out.cols
+            )
+        },
+    )
+}
+
 /// The largest weight part the adapter allows: one binding, and one buffer.
 fn gpu_limit(gpu: &Gpu) -> u64 {
     gpu.info.max_binding.min(gpu.info.max_buffer)
@@ -383,6 +389,10 @@ impl Backend for WgpuBackend {
         format!("wgpu ({}; {})", i.name, extras.join(", "))
     }
 
+    fn load_weight_group(&self, ws: Vec<HostWeight>) -> Result<Vec<WgpuWeight>, BackendError> {
+        self.load_group(ws)
+    }
+
     fn load_weight(&self, w: HostWeight) -> Result<WgpuWeight, BackendError> {
         if w.mlx.is_some() {
             return Err(BackendError::Unsupported(format!(
@@ -402,7 +412,7 @@ impl Backend for WgpuBackend {
             })?;
             let buf = self.init_buffer(&w.name, bytemuck::cast_slice(&vals))?;
             return Ok(WgpuWeight {
-                parts: vec![WeightPart { buf, rows: 0..1 }],
+                parts: vec![WeightPart::whole(buf, 0..1)],
                 name: w.name,
                 ty: GgmlType::F32,
                 rows: 1,
@@ -484,7 +494,8 @@ impl Backend for WgpuBackend {
         let out = out.written();
         let mut rec = self.recorder();
         // One dispatch per part that holds one of the tokens' rows; each writes those rows.
-        for WeightPart { buf, rows } in &table.parts {
+        for part in &table.parts {
+            let rows = &part.rows;
             if !tokens.iter().any(|&t| rows.contains(&(t as usize))) {
                 continue;
             }
@@ -499,7 +510,7 @@ impl Backend for WgpuBackend {
                 0,
             ]);
             let binds = [
-                Bind::Buffer(buf),
+                part.bind(),
                 Bind::Host(&ids),
                 Bind::Buffer(out),
                 Bind::Host(&params),
@@ -525,7 +536,18 @@ impl Backend for WgpuBackend {
         out: [&mut WgpuTensor; 3],
     ) -> Result<(), BackendError> {
         let mut inputs = Inputs::new(x);
-        for (w, o) in w.into_iter().zip(out) {
+        for (w, o) in w.iter().zip(&out) {
+            check_matmul(w, x, o)?;
+        }
+        // One dispatch for the three where they were loaded side by side (a group).
+        let [o0, o1, o2] = out;
+        if self
+            .matmul_int8_qkv(w, &mut inputs, [&mut *o0, &mut *o1, &mut *o2])?
+            .is_some()
+        {
+            return Ok(());
+        }
+        for (w, o) in w.into_iter().zip([o0, o1, o2]) {
             self.matmul_with(w, &mut inputs, o, false)?;
         }
         Ok(())
@@ -545,6 +567,13 @@ impl Backend for WgpuBackend {
             && int8_reader(up.ty).is_some()
             && (gate.rows, gate.cols) == (up.rows, up.cols);
         if fused {
+            check_matmul(gate, x, out)?;
+            check_matmul(up, x, out)?;
+            // Both projections and the SwiGLU in one dispatch where they were loaded side by
+            // side (a group).
+            if self.matmul_int8_glu(gate, up, &mut inputs, out)?.is_some() {
+                return Ok(());
+            }
             // SwiGLU in the up projection's epilogue: out = silu(gate · x) · (up · x).
             self.matmul_with(gate, &mut inputs, out, false)?;
             self.matmul_int8(up, &mut inputs, out, Epilogue::SiluGate)?;
@@ -629,10 +658,7 @@ impl Backend for WgpuBackend {
         check_rope(q, rows, head_dim, rope)?;
         check_rope(k, rows, head_dim, rope)?;
         let table = rope_table(rows, rope);
-        let with = NormInput::Rope(&table, rope);
-        self.norm(q, qn, head_dim, eps, with)?;
-        let with = NormInput::Rope(&table, rope);
-        self.norm(k, kn, head_dim, eps, with)
+        self.norm_rope_qk(q, k, (qn, kn), head_dim, eps, &table, rope)
     }
 
     fn add(&self, x: &mut WgpuTensor, y: &WgpuTensor) -> Result<(), BackendError> {

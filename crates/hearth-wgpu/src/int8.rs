@@ -17,7 +17,6 @@ use hearth_quant::GgmlType;
 use crate::backend::{check, words, WgpuBackend, WgpuTensor, WgpuWeight};
 use crate::kernels::{int8_reader, Module};
 use crate::recorder::{Bind, Grid};
-use crate::weight::WeightPart;
 
 /// What the 8-bit matmul does with each output value (`epilogue` in matmul_int8.wgsl).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,28 +138,14 @@ impl WgpuBackend {
         let Some(act) = int8_reader(w.ty).map(|r| r.act) else {
             return Ok(None);
         };
-        if act == GgmlType::Q8_0 {
-            self.norms_quantize.store(true, Ordering::Relaxed);
-        }
-        let x: &'a WgpuTensor = inputs.x;
-        let q = match x.int8.as_deref().filter(|q| q.act == act) {
-            // Quantized by the kernel that wrote x.
-            Some(q) => q,
-            None => match inputs.int8.iter().position(|q| q.act == act) {
-                Some(i) => &inputs.int8[i],
-                None => {
-                    let q = self.quantize_acts(act, x)?;
-                    inputs.int8.push(q);
-                    &inputs.int8[inputs.int8.len() - 1]
-                }
-            },
-        };
+        let q = self.int8_input(act, inputs)?;
         let y = out.written();
         let module = Module::MatmulInt8(w.ty, self.gpu.info.native_fma);
         let mut rec = self.recorder();
         // One dispatch per part of the weight, each writing its rows' output features (the
         // SwiGLU epilogue reads the gate at the same places it writes).
-        for WeightPart { buf, rows } in &w.parts {
+        for part in &w.parts {
+            let rows = &part.rows;
             let params = words(&[
                 w.rows as u32,
                 w.cols as u32,
@@ -176,7 +161,7 @@ impl WgpuBackend {
                 0,
             ]);
             let binds = [
-                Bind::Buffer(buf),
+                part.bind(),
                 Bind::Buffer(&q.buf.buf),
                 Bind::Buffer(y),
                 Bind::Host(&params),
@@ -185,6 +170,124 @@ impl WgpuBackend {
             let groups = Grid::Groups((rows.len() * q.n_tokens).div_ceil(4));
             rec.dispatch(&self.gpu, module, "matmul", &binds, groups)?;
         }
+        Ok(Some(()))
+    }
+
+    /// `inputs.x` quantized to `act` blocks: by the kernel that wrote it, by an earlier matmul
+    /// of `inputs`, or now.
+    fn int8_input<'a, 'b>(
+        &self,
+        act: GgmlType,
+        inputs: &'b mut Inputs<'a>,
+    ) -> Result<&'b Int8Acts, BackendError>
+    where
+        'a: 'b,
+    {
+        if act == GgmlType::Q8_0 {
+            self.norms_quantize.store(true, Ordering::Relaxed);
+        }
+        let x: &'a WgpuTensor = inputs.x;
+        Ok(match x.int8.as_deref().filter(|q| q.act == act) {
+            Some(q) => q,
+            None => match inputs.int8.iter().position(|q| q.act == act) {
+                Some(i) => &inputs.int8[i],
+                None => {
+                    let q = self.quantize_acts(act, x)?;
+                    inputs.int8.push(q);
+                    &inputs.int8[inputs.int8.len() - 1]
+                }
+            },
+        })
+    }
+
+    /// `out[i] = W[i] · x` in one dispatch where the weights are of one group side by side
+    /// (`Some(())`), else `None` and nothing is done. Shapes are checked by the caller.
+    pub(crate) fn matmul_int8_qkv<'a>(
+        &self,
+        w: [&WgpuWeight; 3],
+        inputs: &mut Inputs<'a>,
+        out: [&mut WgpuTensor; 3],
+    ) -> Result<Option<()>, BackendError> {
+        let (Some(r), Some((binding, bases))) = (int8_reader(w[0].ty), side_by_side(&w)) else {
+            return Ok(None);
+        };
+        let q = self.int8_input(r.act, inputs)?;
+        let n = q.n_tokens;
+        let groups: Vec<usize> = w.iter().map(|w| (w.rows * n).div_ceil(4)).collect();
+        let params = words(&[
+            w[0].cols as u32,
+            n as u32,
+            w[0].row_bytes as u32,
+            q.scales as u32,
+            q.sums as u32,
+            0,
+            w[0].rows as u32,
+            w[1].rows as u32,
+            w[2].rows as u32,
+            bases[1] as u32,
+            bases[2] as u32,
+            groups[0] as u32,
+            groups[1] as u32,
+            0,
+            0,
+            0,
+        ]);
+        let [o0, o1, o2] = out;
+        let binds = [
+            binding,
+            Bind::Buffer(&q.buf.buf),
+            Bind::Buffer(o0.written()),
+            Bind::Buffer(o1.written()),
+            Bind::Buffer(o2.written()),
+            Bind::Host(&params),
+        ];
+        let module = Module::MatmulInt8Qkv(w[0].ty, self.gpu.info.native_fma);
+        let grid = Grid::Groups(groups.iter().sum());
+        self.recorder()
+            .dispatch(&self.gpu, module, "matmul_qkv", &binds, grid)?;
+        Ok(Some(()))
+    }
+
+    /// `out = silu(gate · x) · (up · x)` in one dispatch where gate and up are of one group
+    /// side by side (`Some(())`), else `None` and nothing is done. Shapes are checked by the
+    /// caller.
+    pub(crate) fn matmul_int8_glu<'a>(
+        &self,
+        gate: &WgpuWeight,
+        up: &WgpuWeight,
+        inputs: &mut Inputs<'a>,
+        out: &mut WgpuTensor,
+    ) -> Result<Option<()>, BackendError> {
+        let pair = [gate, up];
+        let (Some(r), Some((binding, bases))) = (int8_reader(gate.ty), side_by_side(&pair)) else {
+            return Ok(None);
+        };
+        if gate.rows != up.rows {
+            return Ok(None);
+        }
+        let q = self.int8_input(r.act, inputs)?;
+        let n = q.n_tokens;
+        let params = words(&[
+            gate.cols as u32,
+            n as u32,
+            gate.row_bytes as u32,
+            q.scales as u32,
+            q.sums as u32,
+            0,
+            gate.rows as u32,
+            bases[1] as u32,
+        ]);
+        let binds = [
+            binding,
+            Bind::Buffer(&q.buf.buf),
+            Bind::Buffer(out.written()),
+            Bind::Host(&params),
+        ];
+        let module = Module::MatmulInt8Glu(gate.ty, self.gpu.info.native_fma);
+        // Two outputs (a gate and an up job each) per workgroup.
+        let grid = Grid::Groups((gate.rows * n).div_ceil(2));
+        self.recorder()
+            .dispatch(&self.gpu, module, "matmul_glu", &binds, grid)?;
         Ok(Some(()))
     }
 
@@ -250,6 +353,31 @@ impl WgpuBackend {
         }
         Ok(out)
     }
+}
+
+/// One binding over weights stored side by side in one buffer (a group of one type and width,
+/// see `WgpuBackend::load_group`), and the byte where each weight starts in it; `None` for
+/// weights stored otherwise.
+fn side_by_side<'w>(ws: &[&'w WgpuWeight]) -> Option<(Bind<'w>, Vec<u64>)> {
+    let first = ws.first()?.parts.first()?;
+    let mut end = first.offset;
+    let mut bases = Vec::with_capacity(ws.len());
+    for w in ws {
+        let [part] = w.parts.as_slice() else {
+            return None;
+        };
+        let same =
+            part.buf == first.buf && (w.ty, w.cols) == (ws[0].ty, ws[0].cols) && part.offset >= end;
+        if !same {
+            return None;
+        }
+        bases.push(part.offset - first.offset);
+        end = part.offset + part.bytes;
+    }
+    Some((
+        Bind::Range(&first.buf, first.offset, end - first.offset),
+        bases,
+    ))
 }
 
 /// The element-wise entry that rounds the activations of an f32-kernel matmul with a `ty`

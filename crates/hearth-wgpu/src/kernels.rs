@@ -11,7 +11,10 @@ const DEQUANT: &str = include_str!("kernels/dequant.wgsl");
 const MATMUL: &str = include_str!("kernels/matmul.wgsl");
 const MATMUL_SHARED: &str = include_str!("kernels/matmul_shared.wgsl");
 const MATMUL_SUBGROUP: &str = include_str!("kernels/matmul_subgroup.wgsl");
+const MATMUL_INT8_COMMON: &str = include_str!("kernels/matmul_int8_common.wgsl");
 const MATMUL_INT8: &str = include_str!("kernels/matmul_int8.wgsl");
+const MATMUL_INT8_QKV: &str = include_str!("kernels/matmul_int8_qkv.wgsl");
+const MATMUL_INT8_GLU: &str = include_str!("kernels/matmul_int8_glu.wgsl");
 const QUANTIZE: &str = include_str!("kernels/quantize.wgsl");
 const QUANTIZE_COMMON: &str = include_str!("kernels/quantize_common.wgsl");
 const FMA: &str = include_str!("kernels/fma.wgsl");
@@ -57,6 +60,10 @@ pub enum Module {
     /// final sum has a fixed order), and whether it uses the device's `fma` (`true`, where
     /// that is fused) or the exact emulation of fma.wgsl.
     MatmulInt8(GgmlType, bool),
+    /// `MatmulInt8` over two or three weights of a group (q, k, v) in one dispatch.
+    MatmulInt8Qkv(GgmlType, bool),
+    /// `MatmulInt8` over a gate and an up weight of a group, with the SwiGLU.
+    MatmulInt8Glu(GgmlType, bool),
     /// Activation quantization to Q8_0 / Q8_K blocks for `MatmulInt8`.
     Quantize,
     Embed(GgmlType),
@@ -86,11 +93,15 @@ impl Module {
             .iter()
             .flat_map(|&t| [Module::Matmul(t, false), Module::Matmul(t, true)])
             .collect();
-        all.extend(
-            INT8_TYPES
-                .iter()
-                .flat_map(|&t| [Module::MatmulInt8(t, false), Module::MatmulInt8(t, true)]),
-        );
+        for native_fma in [false, true] {
+            all.extend(INT8_TYPES.iter().flat_map(|&t| {
+                [
+                    Module::MatmulInt8(t, native_fma),
+                    Module::MatmulInt8Qkv(t, native_fma),
+                    Module::MatmulInt8Glu(t, native_fma),
+                ]
+            }));
+        }
         all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
         all.extend([Module::Quantize, Module::Rope]);
         for native_fma in [false, true] {
@@ -107,9 +118,13 @@ impl Module {
     /// The bindings of group 0, in binding order.
     pub fn bindings(self) -> &'static [Access] {
         match self {
-            Module::Matmul(..) | Module::MatmulInt8(..) | Module::Embed(_) => &[R, R, RW, R],
+            Module::Matmul(..)
+            | Module::MatmulInt8(..)
+            | Module::MatmulInt8Glu(..)
+            | Module::Embed(_) => &[R, R, RW, R],
+            Module::MatmulInt8Qkv(..) => &[R, R, RW, RW, RW, R],
             Module::Elementwise(_) => &[RW, R, R, R],
-            Module::Norm(_) => &[RW, R, R, R, RW],
+            Module::Norm(_) => &[RW, R, R, R, RW, RW, R],
             Module::Rope => &[RW, R, R],
             Module::Quantize => &[R, RW, R],
             Module::Attention(_) => &[R, R, R, RW, RW, RW, R, R, RW],
@@ -122,7 +137,9 @@ impl Module {
         match self {
             Module::Matmul(t, false) => weight_source(&[MATMUL, MATMUL_SHARED], t),
             Module::Matmul(t, true) => weight_source(&[MATMUL, MATMUL_SUBGROUP], t),
-            Module::MatmulInt8(t, native_fma) => int8_source(t, native_fma),
+            Module::MatmulInt8(t, native_fma) => int8_source(t, native_fma, MATMUL_INT8),
+            Module::MatmulInt8Qkv(t, native_fma) => int8_source(t, native_fma, MATMUL_INT8_QKV),
+            Module::MatmulInt8Glu(t, native_fma) => int8_source(t, native_fma, MATMUL_INT8_GLU),
             Module::Embed(t) => weight_source(&[EMBED], t),
             Module::Quantize => format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{QUANTIZE}"),
             Module::Rope => format!("{PRELUDE}\n{ROPE}"),
@@ -218,12 +235,13 @@ fn with_exact(native_fma: bool, parts: &[&str]) -> String {
     )
 }
 
-fn int8_source(ty: GgmlType, native_fma: bool) -> String {
+/// The 8-bit matmul module of weight type `ty` with entry point file `entry`.
+fn int8_source(ty: GgmlType, native_fma: bool, entry: &str) -> String {
     // Module::all() and the backend only build these modules for INT8_TYPES.
     let Some(r) = int8_reader(ty) else {
         return format!("// no 8-bit matmul for {ty}");
     };
-    let kernel = MATMUL_INT8
+    let kernel = format!("{entry}\n{MATMUL_INT8_COMMON}")
         .replace("QBLOCK_BYTES", &format!("{}u", r.block_bytes))
         .replace("QBLOCK", &format!("{}u", r.block))
         .replace("QLANE", r.lane)

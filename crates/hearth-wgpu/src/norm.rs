@@ -16,9 +16,6 @@ pub(crate) enum NormInput<'a> {
     From(&'a WgpuTensor),
     /// As `From`, and `x` quantized to the Q8_0 blocks of the second.
     FromQuantized(&'a WgpuTensor, &'a Int8Acts),
-    /// In place, then rotary embedding with this cos/sin table ([`rope_table`]); the norm's
-    /// groups are the heads.
-    Rope(&'a [f32], &'a RopeSpec),
 }
 
 /// cos and sin of each rotation angle of each row, `[n_tokens, n_rot / 2, 2]`, computed as the
@@ -88,8 +85,8 @@ impl WgpuBackend {
         )?;
         let n_groups = x.rows * x.cols / group;
         let mut q_out = None;
-        let (entry, aux, half, neox) = match input {
-            NormInput::InPlace => ("rms_norm", None, 0, false),
+        let (entry, aux) = match input {
+            NormInput::InPlace => ("rms_norm", None),
             NormInput::From(src) | NormInput::FromQuantized(src, _) => {
                 check((src.rows, src.cols) == (x.rows, x.cols), || {
                     format!(
@@ -105,23 +102,21 @@ impl WgpuBackend {
                     entry = "rms_norm_to_q8";
                     q_out = Some(q);
                 }
-                (entry, Some(Bind::Buffer(&src.buf)), 0, false)
+                (entry, Some(Bind::Buffer(&src.buf)))
             }
-            NormInput::Rope(table, rope) => (
-                "rms_norm_rope",
-                Some(Bind::Host(bytemuck::cast_slice(table))),
-                rope.n_rot / 2,
-                rope.kind == RopeKind::Neox,
-            ),
         };
         let params = words(&[
             group as u32,
             n_groups as u32,
             eps.to_bits(),
-            half as u32,
+            0,
             (x.cols / group) as u32,
-            neox as u32,
+            0,
             q_out.map_or(0, |q| q.scales as u32),
+            0,
+            0,
+            0,
+            0,
             0,
         ]);
         let binds = [
@@ -130,6 +125,8 @@ impl WgpuBackend {
             Bind::Host(&params),
             aux.unwrap_or(Bind::Buffer(&self.dummy)),
             Bind::Buffer(q_out.map_or(&self.dummy_rw, |q| &*q.buf.buf)),
+            Bind::Buffer(&self.dummy_rw),
+            Bind::Buffer(&self.dummy),
         ];
         Ok(self.recorder().dispatch(
             &self.gpu,
@@ -137,6 +134,60 @@ impl WgpuBackend {
             entry,
             &binds,
             Grid::Groups(n_groups),
+        )?)
+    }
+
+    /// Per-head RMSNorm of `q` with `qn` and of `k` with `kn`, then rotary embedding of both
+    /// with `table` ([`rope_table`]), in one dispatch; shapes are checked by the caller.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn norm_rope_qk(
+        &self,
+        q: &mut WgpuTensor,
+        k: &mut WgpuTensor,
+        (qn, kn): (&WgpuWeight, &WgpuWeight),
+        head_dim: usize,
+        eps: f32,
+        table: &[f32],
+        rope: &RopeSpec,
+    ) -> Result<(), BackendError> {
+        for (x, w) in [(&*q, qn), (&*k, kn)] {
+            check(w.rows == 1 && w.cols == head_dim, || {
+                format!(
+                    "QK-norm of [{}, {}] in heads of {head_dim} with '{}' [{}, {}]",
+                    x.rows, x.cols, w.name, w.rows, w.cols
+                )
+            })?;
+        }
+        let (q_groups, k_groups) = (q.rows * q.cols / head_dim, k.rows * k.cols / head_dim);
+        let params = words(&[
+            head_dim as u32,
+            q_groups as u32,
+            eps.to_bits(),
+            (rope.n_rot / 2) as u32,
+            (q.cols / head_dim) as u32,
+            (rope.kind == RopeKind::Neox) as u32,
+            0,
+            0,
+            k_groups as u32,
+            (k.cols / head_dim) as u32,
+            0,
+            0,
+        ]);
+        let binds = [
+            Bind::Buffer(q.written()),
+            Bind::Buffer(qn.vector()),
+            Bind::Host(&params),
+            Bind::Host(bytemuck::cast_slice(table)),
+            Bind::Buffer(&self.dummy_rw),
+            Bind::Buffer(k.written()),
+            Bind::Buffer(kn.vector()),
+        ];
+        Ok(self.recorder().dispatch(
+            &self.gpu,
+            Module::Norm(self.gpu.info.native_fma),
+            "rms_norm_rope_qk",
+            &binds,
+            Grid::Groups(q_groups + k_groups),
         )?)
     }
 

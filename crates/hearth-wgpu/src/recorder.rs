@@ -25,6 +25,9 @@ const MAX_GROUPS: u32 = 65_535;
 pub(crate) enum Bind<'a> {
     /// A device buffer, whole.
     Buffer(&'a wgpu::Buffer),
+    /// `size` bytes of a device buffer from `offset` on (a multiple of the adapter's
+    /// `min_storage_buffer_offset_alignment`).
+    Range(&'a wgpu::Buffer, u64, u64),
     /// Host bytes, staged for this dispatch.
     Host(&'a [u8]),
 }
@@ -49,7 +52,15 @@ struct Kernel {
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum BindKey {
     Buffer(wgpu::Buffer),
-    Arena { offset: u64, size: u64 },
+    Range {
+        buf: wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    },
+    Arena {
+        offset: u64,
+        size: u64,
+    },
 }
 
 /// A bind group made for an earlier dispatch, and the batch that last used it.
@@ -180,7 +191,7 @@ impl Recorder {
             .iter()
             .map(|b| match b {
                 Bind::Host(d) => d.len().max(16) + self.align as usize,
-                Bind::Buffer(_) => 0,
+                Bind::Buffer(_) | Bind::Range(..) => 0,
             })
             .sum();
         if staged as u64 > ARENA_BYTES {
@@ -201,6 +212,11 @@ impl Recorder {
             .iter()
             .map(|b| match b {
                 Bind::Buffer(buf) => BindKey::Buffer((*buf).clone()),
+                &Bind::Range(buf, offset, size) => BindKey::Range {
+                    buf: buf.clone(),
+                    offset,
+                    size,
+                },
                 Bind::Host(data) => {
                     let (offset, size) = self.stage(data);
                     BindKey::Arena { offset, size }
@@ -376,6 +392,13 @@ fn new_group(
             binding: i as u32,
             resource: match k {
                 BindKey::Buffer(buf) => buf.as_entire_binding(),
+                BindKey::Range { buf, offset, size } => {
+                    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: buf,
+                        offset: *offset,
+                        size: NonZeroU64::new(*size),
+                    })
+                }
                 &BindKey::Arena { offset, size } => {
                     wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                         buffer: arena,

@@ -22,11 +22,12 @@
 
 use std::ops::Range;
 
-use hearth_backend::{BackendError, HostWeight};
+use hearth_backend::{Backend, BackendError, HostWeight};
 use hearth_quant::GgmlType;
 
 use crate::backend::WgpuBackend;
-use crate::kernels::block_reader;
+use crate::kernels::{block_reader, int8_reader};
+use crate::recorder::Bind;
 
 /// A weight on the device: raw GGUF blocks for a matrix, f32 values for a vector.
 pub struct WgpuWeight {
@@ -42,10 +43,37 @@ pub struct WgpuWeight {
     pub(crate) row_bytes: usize,
 }
 
-/// Rows `rows` of a weight, in a buffer of their own (the part's first row at byte 0).
+/// Rows `rows` of a weight: bytes `offset ..` of `buf`, whole or (for a weight of a group,
+/// see `WgpuBackend::load_group`) shared with the other weights of its group.
 pub(crate) struct WeightPart {
     pub buf: wgpu::Buffer,
     pub rows: Range<usize>,
+    /// Where the part's first row starts in `buf` (a multiple of the binding alignment), and
+    /// its size in bytes (whole words).
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+impl WeightPart {
+    /// A part that is all of `buf`.
+    pub fn whole(buf: wgpu::Buffer, rows: Range<usize>) -> WeightPart {
+        let bytes = buf.size();
+        WeightPart {
+            buf,
+            rows,
+            offset: 0,
+            bytes,
+        }
+    }
+
+    /// How a kernel binds the part.
+    pub fn bind(&self) -> Bind<'_> {
+        if self.offset == 0 && self.bytes == self.buf.size() {
+            Bind::Buffer(&self.buf)
+        } else {
+            Bind::Range(&self.buf, self.offset, self.bytes)
+        }
+    }
 }
 
 impl WgpuWeight {
@@ -90,31 +118,127 @@ pub(crate) fn plan_parts(
     Ok(parts)
 }
 
+/// The bytes of one row of matrix `w`, once its type and size are checked against its shape.
+fn checked_row_bytes(w: &HostWeight) -> Result<usize, BackendError> {
+    // Every type of the 8-bit matmuls also has an f32 kernel (and an embedding reader).
+    let Some((block, block_bytes, _)) = block_reader(w.ty) else {
+        return Err(BackendError::Unsupported(format!(
+            "tensor '{}': {} weights are not supported by the wgpu backend yet",
+            w.name, w.ty
+        )));
+    };
+    let (block, block_bytes) = (block as usize, block_bytes as usize);
+    let row_bytes = w.cols / block * block_bytes;
+    let bytes = w.data.bytes();
+    if !w.cols.is_multiple_of(block) || bytes.len() != w.rows * row_bytes {
+        return Err(BackendError::BadWeight {
+            name: w.name.clone(),
+            reason: format!(
+                "{} bytes for [{}, {}] {} (blocks of {block})",
+                bytes.len(),
+                w.rows,
+                w.cols,
+                w.ty
+            ),
+        });
+    }
+    Ok(row_bytes)
+}
+
+/// Where each weight of a group starts in one buffer (at multiples of `align`), and the
+/// buffer's size, or `None` when the group is not for one buffer: weights of one 8-bit matmul
+/// type and width (what the fused kernels read), all within `limit` bytes.
+pub(crate) fn plan_group(
+    weights: &[(GgmlType, usize, usize)],
+    align: u64,
+    limit: u64,
+) -> Option<(Vec<u64>, u64)> {
+    let &(ty, cols, _) = weights.first()?;
+    if weights.len() < 2
+        || int8_reader(ty).is_none()
+        || weights.iter().any(|&(t, c, _)| (t, c) != (ty, cols))
+    {
+        return None;
+    }
+    let mut offsets = Vec::with_capacity(weights.len());
+    let mut end = 0u64;
+    for &(_, _, bytes) in weights {
+        let offset = end.next_multiple_of(align);
+        offsets.push(offset);
+        end = offset + (bytes as u64).next_multiple_of(4);
+    }
+    (end <= limit).then_some((offsets, end))
+}
+
 impl WgpuBackend {
+    /// Weights that multiply the same input, side by side in one buffer where [`plan_group`]
+    /// allows (so that one dispatch of the fused 8-bit matmuls reads them all), else one by one.
+    pub(crate) fn load_group(&self, ws: Vec<HostWeight>) -> Result<Vec<WgpuWeight>, BackendError> {
+        let matrices = ws.iter().all(|w| w.mlx.is_none() && w.rows > 1);
+        let shapes: Vec<(GgmlType, usize, usize)> = ws
+            .iter()
+            .map(|w| (w.ty, w.cols, w.data.bytes().len()))
+            .collect();
+        let align = self.gpu.device.limits().min_storage_buffer_offset_alignment as u64;
+        let plan = plan_group(&shapes, align, self.weight_part_limit).filter(|_| matrices);
+        let Some((offsets, size)) = plan else {
+            return ws.into_iter().map(|w| self.load_weight(w)).collect();
+        };
+        let row_bytes = ws
+            .iter()
+            .map(checked_row_bytes)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut host = vec![0u8; size as usize];
+        for (w, &o) in ws.iter().zip(&offsets) {
+            let bytes = w.data.bytes();
+            host[o as usize..o as usize + bytes.len()].copy_from_slice(bytes);
+        }
+        let name = ws
+            .iter()
+            .map(|w| w.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let buf = self.init_weight_buffer(&name, &host)?;
+        Ok(ws
+            .into_iter()
+            .zip(offsets)
+            .zip(row_bytes)
+            .map(|((w, offset), row_bytes)| WgpuWeight {
+                parts: vec![WeightPart {
+                    buf: buf.clone(),
+                    rows: 0..w.rows,
+                    offset,
+                    bytes: (w.rows as u64 * row_bytes as u64).next_multiple_of(4),
+                }],
+                name: w.name,
+                ty: w.ty,
+                rows: w.rows,
+                cols: w.cols,
+                row_bytes,
+            })
+            .collect())
+    }
+
+    /// A buffer holding `bytes`, or an error naming tensor `name` where device memory is short.
+    fn init_weight_buffer(&self, name: &str, bytes: &[u8]) -> Result<wgpu::Buffer, BackendError> {
+        let device = &self.gpu.device;
+        device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let buf = self.init_buffer(name, bytes);
+        let oom = pollster::block_on(device.pop_error_scope());
+        let buf = buf?;
+        if let Some(e) = oom {
+            return Err(BackendError::Device(format!(
+                "tensor '{name}': {} bytes do not fit in device memory: {e}",
+                bytes.len()
+            )));
+        }
+        Ok(buf)
+    }
+
     /// Check a matrix weight's bytes against its type and shape and upload it in parts.
     pub(crate) fn load_matrix(&self, w: HostWeight) -> Result<WgpuWeight, BackendError> {
-        // Every type of the 8-bit matmuls also has an f32 kernel (and an embedding reader).
-        let Some((block, block_bytes, _)) = block_reader(w.ty) else {
-            return Err(BackendError::Unsupported(format!(
-                "tensor '{}': {} weights are not supported by the wgpu backend yet",
-                w.name, w.ty
-            )));
-        };
-        let (block, block_bytes) = (block as usize, block_bytes as usize);
-        let row_bytes = w.cols / block * block_bytes;
+        let row_bytes = checked_row_bytes(&w)?;
         let bytes = w.data.bytes();
-        if !w.cols.is_multiple_of(block) || bytes.len() != w.rows * row_bytes {
-            return Err(BackendError::BadWeight {
-                name: w.name.clone(),
-                reason: format!(
-                    "{} bytes for [{}, {}] {} (blocks of {block})",
-                    bytes.len(),
-                    w.rows,
-                    w.cols,
-                    w.ty
-                ),
-            });
-        }
         let plan = plan_parts(&w.name, w.rows, row_bytes, self.weight_part_limit)?;
         let mut parts = Vec::with_capacity(plan.len());
         // NOTE: parts are buffers of their own, so no single limit caps a weight's total: the
@@ -125,7 +249,7 @@ impl WgpuBackend {
         let uploaded = plan.into_iter().try_for_each(|rows| {
             let part = &bytes[rows.start * row_bytes..rows.end * row_bytes];
             let buf = self.init_buffer(&w.name, part)?;
-            parts.push(WeightPart { buf, rows });
+            parts.push(WeightPart::whole(buf, rows));
             Ok::<(), BackendError>(())
         });
         let oom = pollster::block_on(device.pop_error_scope());
@@ -171,6 +295,31 @@ mod tests {
         for r in &plan {
             assert!((r.len() * 34).next_multiple_of(4) <= 103);
         }
+    }
+
+    #[test]
+    fn a_group_is_laid_out_at_aligned_offsets_or_not_at_all() {
+        let q8 = GgmlType::Q8_0;
+        // q, k, v of 2 176, 1 088 and 1 090 bytes: starts rounded up to 256 bytes.
+        let (offsets, size) = plan_group(
+            &[(q8, 64, 2176), (q8, 64, 1088), (q8, 64, 1090)],
+            256,
+            1 << 20,
+        )
+        .expect("one buffer");
+        assert_eq!(offsets, vec![0, 2304, 3584]);
+        assert_eq!(size, 3584 + 1092);
+        // Over the limit, of two types or widths, of a type without an 8-bit matmul, or alone.
+        assert!(plan_group(&[(q8, 64, 2176), (q8, 64, 1088)], 256, 3000).is_none());
+        assert!(plan_group(&[(q8, 64, 2176), (GgmlType::Q4_0, 64, 1152)], 256, 1 << 20).is_none());
+        assert!(plan_group(&[(q8, 64, 2176), (q8, 32, 1088)], 256, 1 << 20).is_none());
+        assert!(plan_group(
+            &[(GgmlType::F16, 64, 128), (GgmlType::F16, 64, 128)],
+            256,
+            1 << 20
+        )
+        .is_none());
+        assert!(plan_group(&[(q8, 64, 2176)], 256, 1 << 20).is_none());
     }
 
     #[test]

@@ -165,7 +165,17 @@ fn elementwise_on<B: Backend>(
     out.push(("qk_norm_rope with per-row bases k".into(), host(&k)));
     let x = be.rms_norm_copy(&up(a), &nw, 1e-6).expect("rms_norm_copy");
     out.push(("rms_norm_copy".into(), host(&x)));
-    // QK-norm then rope, fused on the GPU; full and partial rotation.
+    // QK-norm then rope, fused on the GPU (q and k in one dispatch); full and partial
+    // rotation, with k of other norm weights and half the heads (grouped-query attention).
+    let kw = be
+        .load_weight(weight(
+            "knorm",
+            GgmlType::F32,
+            1,
+            head_dim,
+            &norm[head_dim..2 * head_dim],
+        ))
+        .expect("knorm");
     for (kind, n_rot) in [(RopeKind::Neox, 32), (RopeKind::Normal, 16)] {
         let spec = RopeSpec {
             kind,
@@ -174,11 +184,13 @@ fn elementwise_on<B: Backend>(
             freq_scale: 1.0,
             freq_factors: vec![],
         };
-        let (mut q, mut k) = (up(a), up(b));
+        let mut q = up(a);
+        let (n, c) = be.shape(&q);
+        let mut k = be.upload(&b[..n * c / 2], n, c / 2).expect("upload");
         be.qk_norm_rope(
             &mut q,
             &mut k,
-            Some((&hw, &hw)),
+            Some((&hw, &kw)),
             RopeRows::at(&[3, 9, 1000]),
             head_dim,
             &spec,
@@ -703,6 +715,71 @@ fn fused_swiglu_equals_separate_ops() {
             same,
             "{gt}/{ut}: the fused SwiGLU differs from the separate ops"
         );
+    }
+}
+
+/// Weights loaded as a group (q, k, v; gate, up) sit side by side in one buffer, and matmul3
+/// and gated_matmul then take one dispatch each instead of three and two: the same bits as
+/// the same weights loaded apart, for each 8-bit weight type, one token and several, and row
+/// counts that leave a workgroup partly empty.
+#[test]
+fn grouped_weights_take_one_dispatch_with_the_same_bits() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(10);
+    let cols = 512;
+    for &ty in INT8_TYPES {
+        for n in [1, 3] {
+            let x = g.upload(&random(&mut rng, n * cols), n, cols).expect("x");
+            let mut host =
+                |rows: usize| weight("w", ty, rows, cols, &random(&mut rng, rows * cols));
+            let (q, k, v) = (host(68), host(34), host(34));
+            let (gate, up) = (host(90), host(90));
+            let apart: Vec<_> = [&q, &k, &v, &gate, &up]
+                .iter()
+                .map(|w| g.load_weight((*w).clone()).expect("weight"))
+                .collect();
+            let qkv = g
+                .load_weight_group(vec![q.clone(), k.clone(), v.clone()])
+                .expect("qkv group");
+            let gu = g
+                .load_weight_group(vec![gate.clone(), up.clone()])
+                .expect("gate/up group");
+            let run = |w3: [&hearth_wgpu::WgpuWeight; 3], gate, up| {
+                let before = g.dispatches_recorded();
+                let mut outs: Vec<_> = [68, 34, 34, 90]
+                    .iter()
+                    .map(|&r| g.alloc(n, r).expect("alloc"))
+                    .collect();
+                let [o0, o1, o2, h] = &mut outs[..] else {
+                    unreachable!()
+                };
+                g.matmul3(w3, &x, [o0, o1, o2]).expect("matmul3");
+                g.gated_matmul(gate, up, &x, Activation::Silu, h)
+                    .expect("gated_matmul");
+                let dispatches = g.dispatches_recorded() - before;
+                let host: Vec<Vec<u32>> = outs
+                    .iter()
+                    .map(|t| bits_of(&g.to_host(t).expect("to_host")))
+                    .collect();
+                (host, dispatches)
+            };
+            let (want, d_apart) = run([&apart[0], &apart[1], &apart[2]], &apart[3], &apart[4]);
+            let (got, d_grouped) = run([&qkv[0], &qkv[1], &qkv[2]], &gu[0], &gu[1]);
+            for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+                let diff = a.iter().zip(b).filter(|(p, q)| p != q).count();
+                assert_eq!(
+                    diff, 0,
+                    "{ty}, {n} tokens, output {i}: {diff} values differ"
+                );
+            }
+            // Apart: q, k, v, gate and up; grouped: q/k/v and gate/up. Both quantize x once
+            // (or not at all where the input already is quantized).
+            assert_eq!(
+                d_apart - d_grouped,
+                3,
+                "{ty}, {n} tokens: {d_apart} vs {d_grouped}"
+            );
+        }
     }
 }
 

@@ -90,10 +90,15 @@ const OP_SDOT: u32 = 4450;
 /// it does not, so they run on both kinds of device.
 #[test]
 fn int8_matmuls_use_packed_dot_products() {
-    for m in INT8_TYPES
-        .iter()
-        .flat_map(|&t| [Module::MatmulInt8(t, false), Module::MatmulInt8(t, true)])
-    {
+    let all = Module::all();
+    let int8 = all.iter().filter(|m| {
+        matches!(
+            m,
+            Module::MatmulInt8(..) | Module::MatmulInt8Qkv(..) | Module::MatmulInt8Glu(..)
+        )
+    });
+    assert_eq!(int8.clone().count(), 6 * INT8_TYPES.len());
+    for &m in int8 {
         assert!(m.source().contains("dot4I8Packed"), "{m:?}");
         let (module, info) = validated(m);
         let all = spv::write_vec(&module, &info, &spv::Options::default(), None)
