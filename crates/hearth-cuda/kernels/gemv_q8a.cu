@@ -15,6 +15,17 @@
 // kernels issue few instructions per weight byte, so unlike gemv.cu's they wait on memory.
 // A row's windows are of equal size (a 16-block Q4_K row is 8 + 8 blocks, not 14 + 2).
 
+// Bytes of one row's window (two per row, in flight one after the other). At most 3072: a
+// block's windows must fit the 48 KiB of static shared memory.
+//
+// NOTE: measured on an H100 (HEARTH_CUDA_DEFINES, hearth bench tg128, one call), Llama-3.1-8B
+// Q4_K_M / Qwen3-0.6B Q4_K_M: 1024 bytes 286.0 / 713.1 tok/s, 1536: 289.9 / 722.7, 2048: 284.8
+// and 286.3 / 715.7 and 721.6, 3072: 271.6 / 689.4. A small difference, the same way on both.
+#ifndef Q8A_WINDOW_BYTES
+#define Q8A_WINDOW_BYTES 1536
+#endif
+#define Q8A_WINDOW_VECS (Q8A_WINDOW_BYTES / 16)
+
 // The sum of the four signed byte products of a and b, plus c.
 __device__ __forceinline__ int dp4a(u32 a, u32 b, int c) {
     int r;
@@ -62,7 +73,7 @@ __device__ __forceinline__ int window_skew(const u8* row, int b0) {
 // `window`, from the 16-byte vector holding the first byte of block b0. One commit group.
 template <int BYTES>
 __device__ __forceinline__ void stage_rows_async(const u8* const* rows, int b0, int nb,
-                                                 uint4 (*window)[WINDOW_VECS], int lane) {
+                                                 uint4 (*window)[Q8A_WINDOW_VECS], int lane) {
 #pragma unroll
     for (int r = 0; r < ROWS_PER_WARP; ++r) {
         const u8* start = rows[r] + (size_t)b0 * BYTES;
@@ -244,7 +255,7 @@ __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8
                                               const float2* __restrict__ xds,
                                               float* __restrict__ y, int n_rows, int n_cols,
                                               int mode, int block, GluQ8 q8) {
-    __shared__ uint4 window[WARPS_PER_BLOCK][2][ROWS_PER_WARP][WINDOW_VECS];
+    __shared__ uint4 window[WARPS_PER_BLOCK][2][ROWS_PER_WARP][Q8A_WINDOW_VECS];
     xq += (size_t)blockIdx.y * n_cols;
     xds += (size_t)blockIdx.y * (n_cols / 32);
     y += (size_t)blockIdx.y * n_rows;
@@ -268,7 +279,7 @@ __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8
     }
     const int lane_block = lane / B::LANES, sub = lane % B::LANES;
     const int blocks_per_step = WARP_SIZE / B::LANES;
-    const int max_per_window = (WINDOW_BYTES - 15) / B::BYTES;
+    const int max_per_window = (Q8A_WINDOW_BYTES - 15) / B::BYTES;
     const int n_windows = (n_blocks + max_per_window - 1) / max_per_window;
     const int blocks_per_window = (n_blocks + n_windows - 1) / n_windows;
     const uint4* xq4 = reinterpret_cast<const uint4*>(xq);
@@ -289,7 +300,7 @@ __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8
             copies_wait<0>();
         }
         __syncwarp();
-        uint4(*current)[WINDOW_VECS] = window[warp][i & 1];
+        uint4(*current)[Q8A_WINDOW_VECS] = window[warp][i & 1];
         int skew[ROWS_PER_WARP];
 #pragma unroll
         for (int r = 0; r < ROWS_PER_WARP; ++r) skew[r] = window_skew<B::BYTES>(rows[r], b0);

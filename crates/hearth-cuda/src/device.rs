@@ -261,6 +261,26 @@ impl CudaDevice {
     }
 }
 
+/// The environment variable of [`kernel_source`].
+const DEFINES_VAR: &str = "HEARTH_CUDA_DEFINES";
+
+/// [`KERNEL_SOURCE`], after a `#define` for each `NAME=VALUE` of `HEARTH_CUDA_DEFINES`
+/// (space-separated): tuning constants the kernels leave open (`#ifndef`, such as
+/// `Q8A_WINDOW_BYTES`) can then be measured without a rebuild. The defines are part of the
+/// source, so of the cache key too.
+fn kernel_source() -> std::borrow::Cow<'static, str> {
+    let Ok(defines) = std::env::var(DEFINES_VAR) else {
+        return KERNEL_SOURCE.into();
+    };
+    let mut source = String::new();
+    for d in defines.split_whitespace() {
+        let (name, value) = d.split_once('=').unwrap_or((d, ""));
+        source.push_str(&format!("#define {name} {value}\n"));
+    }
+    source.push_str(KERNEL_SOURCE);
+    source.into()
+}
+
 /// Loads the kernel module from the cache, or compiles it (and caches it). A cached entry the
 /// driver rejects is treated like a corrupt one: recompiled and overwritten.
 fn load_module(
@@ -270,7 +290,8 @@ fn load_module(
 ) -> Result<(Arc<cudarc::driver::CudaModule>, KernelOrigin), CudaError> {
     let arch = info.arch();
     let nvrtc = guarded("nvrtcVersion", nvrtc_version)?.map_err(CudaError::Compile)?;
-    let key = CacheKey::new(KERNEL_SOURCE, &arch, info.driver_version, nvrtc);
+    let source = kernel_source();
+    let key = CacheKey::new(&source, &arch, info.driver_version, nvrtc);
     let miss = match cache.load(&key) {
         Ok(cubin) => match ctx.load_module(Ptx::from_binary(cubin)) {
             Ok(module) => {
@@ -283,7 +304,7 @@ fn load_module(
     };
     let start = Instant::now();
     let cubin = guarded("nvrtcCompileProgram", || {
-        compile_cubin(KERNEL_SOURCE, "hearth_kernels.cu", &arch)
+        compile_cubin(&source, "hearth_kernels.cu", &arch)
     })?
     .map_err(CudaError::Compile)?;
     let seconds = start.elapsed().as_secs_f64();
