@@ -77,6 +77,36 @@ fn add_values(acc: ptr<function, array<f32, 4>>, table: u32, start: u32, n: u32,
     let hd = p.head_dim;
     let half_dim = p.n_kv_heads * hd / 2u;
     var jj = 0u;
+    // NOTE: eight positions' words are loaded before any is added, as in `score` (each load
+    // named in an array constructor: filling arrays in a loop made NVIDIA's Vulkan compiler
+    // slower, not faster). The sums keep the one-at-a-time order.
+    for (; jj + 8u <= n; jj += 8u) {
+        let j = start + jj;
+        var base = array<u32, 8>(slot_of(table, j) * half_dim + head_at,
+                                 slot_of(table, j + 1u) * half_dim + head_at,
+                                 slot_of(table, j + 2u) * half_dim + head_at,
+                                 slot_of(table, j + 3u) * half_dim + head_at,
+                                 slot_of(table, j + 4u) * half_dim + head_at,
+                                 slot_of(table, j + 5u) * half_dim + head_at,
+                                 slot_of(table, j + 6u) * half_dim + head_at,
+                                 slot_of(table, j + 7u) * half_dim + head_at);
+        for (var r = 0u; r < 4u; r++) {
+            let d = lid + 64u * r;
+            if (d < hd) {
+                let w = d / 2u;
+                var vals = array<u32, 8>(vc[base[0] + w], vc[base[1] + w], vc[base[2] + w],
+                                         vc[base[3] + w], vc[base[4] + w], vc[base[5] + w],
+                                         vc[base[6] + w], vc[base[7] + w]);
+                if (own - jj < 8u) {
+                    vals[own - jj] = own_value_word(w);
+                }
+                for (var i = 0u; i < 8u; i++) {
+                    let pair = unpack2x16float(vals[i]);
+                    (*acc)[r] += keep(weights[jj + i] * select(pair.x, pair.y, (d & 1u) == 1u));
+                }
+            }
+        }
+    }
     for (; jj + 4u <= n; jj += 4u) {
         var base = array<u32, 4>(slot_of(table, start + jj) * half_dim + head_at,
                                  slot_of(table, start + jj + 1u) * half_dim + head_at,
