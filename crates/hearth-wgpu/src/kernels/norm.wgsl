@@ -33,7 +33,7 @@ struct NormParams {
 @group(0) @binding(5) var<storage, read_write> x2: array<f32>; // rms_norm_rope_qk: k
 @group(0) @binding(6) var<storage, read> wt2: array<f32>;       // rms_norm_rope_qk: k's norm
 
-var<workgroup> sums: array<vec2<f32>, 64>; // double words (double_word.wgsl)
+var<workgroup> sums: array<vec2<f32>, 256>; // double words (double_word.wgsl), one a thread
 
 // Where a group's input values are (the same for the whole workgroup).
 const FROM_X: u32 = 0u;
@@ -58,29 +58,30 @@ fn input(i: u32, src: u32) -> f32 {
 // lies within ~2^-40 of a midpoint between two floats (tests/norm_exact.rs), for values below
 // 2^63 (above, the square overflows f32 where the CPU's f64 does not). From there on, one
 // IEEE step each, as on the CPU.
-fn inv_rms(base: u32, live: bool, lid: u32, src: u32) -> f32 {
+// `threads`: the workgroup's size (64, or 256 for `rms_norm_to_q8`).
+fn inv_rms(base: u32, live: bool, lid: u32, src: u32, threads: u32) -> f32 {
     var acc = vec2<f32>(0.0, 0.0);
     if (live) {
         // Four loads in flight, then added in the same order as one at a time (see `x8` in
         // quantize.wgsl for why).
         var i = lid;
-        for (; i + 192u < p.group; i += 256u) {
+        for (; i + 3u * threads < p.group; i += 4u * threads) {
             let v0 = input(base + i, src);
-            let v1 = input(base + i + 64u, src);
-            let v2 = input(base + i + 128u, src);
-            let v3 = input(base + i + 192u, src);
+            let v1 = input(base + i + threads, src);
+            let v2 = input(base + i + 2u * threads, src);
+            let v3 = input(base + i + 3u * threads, src);
             acc = dw_add(acc, square_exact(v0));
             acc = dw_add(acc, square_exact(v1));
             acc = dw_add(acc, square_exact(v2));
             acc = dw_add(acc, square_exact(v3));
         }
-        for (; i < p.group; i += 64u) {
+        for (; i < p.group; i += threads) {
             acc = dw_add(acc, square_exact(input(base + i, src)));
         }
     }
     sums[lid] = acc;
     workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
+    for (var s = threads / 2u; s > 0u; s >>= 1u) {
         if (lid < s) {
             sums[lid] = dw_add(sums[lid], sums[lid + s]);
         }
@@ -93,7 +94,7 @@ fn inv_rms(base: u32, live: bool, lid: u32, src: u32) -> f32 {
 fn norm_group(g: u32, lid: u32, src: u32) {
     let live = g < p.n_groups;
     let base = g * p.group;
-    let inv = inv_rms(base, live, lid, src);
+    let inv = inv_rms(base, live, lid, src, 64u);
     if (live) {
         var i = lid;
         for (; i + 192u < p.group; i += 256u) {
@@ -123,17 +124,21 @@ fn rms_norm_to(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw
     norm_group(flat_group(wg, nwg), lid, FROM_AUX);
 }
 
-@compute @workgroup_size(64)
+// NOTE: 256 threads, where the other entries have 64: a row is one workgroup, and a 1,024-wide
+// row's 32 blocks are then quantized in one round instead of four (each round waits on its
+// loads, two barriers and two long divisions): on an H100 through Vulkan a 64-thread
+// workgroup took 21 µs per row.
+@compute @workgroup_size(256)
 fn rms_norm_to_q8(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
     let g = flat_group(wg, nwg);
     let live = g < p.n_groups;
     let base = g * p.group;
-    let inv = inv_rms(base, live, lid, FROM_AUX);
-    // 8 blocks of 32 values at a time, 8 threads per block (see quantize_part_q8_0): each
+    let inv = inv_rms(base, live, lid, FROM_AUX, 256u);
+    // 32 blocks of 32 values at a time, 8 threads per block (see quantize_part_q8_0): each
     // thread normalizes 4 values as norm_group does, stores them and quantizes them.
     let per_row = p.group / 32u;
-    for (var k0 = 0u; k0 < per_row; k0 += 8u) {
+    for (var k0 = 0u; k0 < per_row; k0 += 32u) {
         let k = k0 + lid / 8u;
         let i = 32u * k + 4u * (lid % 8u);
         let mine = live && k < per_row;
@@ -190,7 +195,7 @@ fn store(i: u32, v: f32, src: u32) {
 // Group g of `src` (x or x2, `heads` groups per token) normed, then rotated in place.
 fn norm_rope_group(g: u32, live: bool, heads: u32, lid: u32, src: u32) {
     let base = g * p.group;
-    let inv = inv_rms(base, live, lid, src);
+    let inv = inv_rms(base, live, lid, src, 64u);
     if (!live) {
         return;
     }

@@ -59,8 +59,8 @@ fn byte_of(v: f32) -> u32 {
     return u32(i32(v)) & 0xffu;
 }
 
-// Q8_0 blocks (also the quants of Q8_1) spread over 8 consecutive threads of a 64-thread
-// workgroup, 4 values each: d = amax / 127 stored as f16, q = round_half_even(v · id) with
+// Q8_0 blocks (also the quants of Q8_1) spread over 8 consecutive threads of a workgroup (of
+// up to 256 threads), 4 values each: d = amax / 127 stored as f16, q = round_half_even(v · id) with
 // id = 127 / amax, as the CPU's `q8_0_ref`. Returns the thread's word of 4 quants and the
 // block's scale (the f16 as f32 bits). Every thread of the workgroup must call it (barriers);
 // threads without values pass zeros.
@@ -68,7 +68,7 @@ fn byte_of(v: f32) -> u32 {
 // NOTE: 8 threads per block rather than one: a thread that loads, scans and quantizes a whole
 // block waits on memory and on the divisions alone, and one dispatch of 32 such blocks took
 // 17-21 µs on an H100 through Vulkan.
-var<workgroup> part_max: array<f32, 64>;
+var<workgroup> part_max: array<f32, 256>;
 
 fn quantize_part_q8_0(v: vec4<f32>, lid: u32) -> vec2<u32> {
     part_max[lid] = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
