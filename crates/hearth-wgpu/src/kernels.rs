@@ -235,16 +235,56 @@ fn with_exact(native_fma: bool, parts: &[&str]) -> String {
     )
 }
 
+/// matmul_int8_common.wgsl, without its sixteen-block loop where fma is emulated.
+///
+/// NOTE: with fma.wgsl's exact emulation each `fma_rn` is dozens of operations, and sixteen of
+/// them unrolled made lavapipe's shader compiler take minutes per module; where the device's
+/// fma is fused the loop is short code and keeps more loads in flight.
+fn int8_common(native_fma: bool) -> String {
+    if native_fma {
+        return MATMUL_INT8_COMMON.to_string();
+    }
+    match (
+        MATMUL_INT8_COMMON.find("// WIDE_BEGIN"),
+        MATMUL_INT8_COMMON.find("// WIDE_END"),
+    ) {
+        (Some(a), Some(b)) if a < b => format!(
+            "{}{}",
+            &MATMUL_INT8_COMMON[..a],
+            &MATMUL_INT8_COMMON[b + "// WIDE_END".len()..]
+        ),
+        _ => MATMUL_INT8_COMMON.to_string(),
+    }
+}
+
 /// The 8-bit matmul module of weight type `ty` with entry point file `entry`.
 fn int8_source(ty: GgmlType, native_fma: bool, entry: &str) -> String {
     // Module::all() and the backend only build these modules for INT8_TYPES.
     let Some(r) = int8_reader(ty) else {
         return format!("// no 8-bit matmul for {ty}");
     };
-    let kernel = format!("{entry}\n{MATMUL_INT8_COMMON}")
+    let kernel = format!("{entry}\n{}", int8_common(native_fma))
         .replace("QBLOCK_BYTES", &format!("{}u", r.block_bytes))
         .replace("QBLOCK", &format!("{}u", r.block))
         .replace("QLANE", r.lane)
         .replace("QMINS", r.mins);
     format!("{PRELUDE}\n{DEQUANT}\n{}\n{kernel}", exact_math(native_fma))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sixteen_block_loop_is_only_where_fma_is_native() {
+        let wide = "let e15 = QLANE";
+        assert!(int8_common(true).contains(wide));
+        let emulated = int8_common(false);
+        assert!(!emulated.contains(wide));
+        // The narrower loops stay.
+        assert!(emulated.contains("let d7 = QLANE"), "{emulated}");
+        assert!(Module::MatmulInt8(GgmlType::Q8_0, false)
+            .source()
+            .contains("fn job_chains"));
+    }
 }

@@ -198,12 +198,50 @@ fn job_chains(live: bool, rb: u32, t: u32, lid: u32) {
     var acc = 0.0;
     var m = 0.0;
     if (live) {
-        // NOTE: eight blocks of the chain per iteration, read before any is added, so that a
-        // thread has eight blocks' loads in flight instead of one (a decode GEMV has too few
-        // threads to hide memory latency otherwise: with four, a 1024-row Q8_0 matmul took
-        // 22 µs on an H100 through Vulkan); the adds keep the chain's order.
+        // NOTE: sixteen (then eight, four, one) blocks of the chain per iteration, read before
+        // any is added, so that a thread has many blocks' loads in flight instead of one (a
+        // decode GEMV has too few threads to hide memory latency otherwise: with four, a
+        // 1024-row Q8_0 matmul took 22 µs on an H100 through Vulkan, with eight 16 µs); the
+        // adds keep the chain's order. The sixteen-block loop is left out where fma is
+        // emulated (between WIDE_BEGIN and WIDE_END, see `int8_source` in kernels.rs).
         let nb = p.cols / QBLOCK;
         var k = parity;
+        // WIDE_BEGIN
+        for (; k + 30u < nb; k += 32u) {
+            let e0 = QLANE(rb + k * QBLOCK_BYTES, l, t, k);
+            let e1 = QLANE(rb + (k + 2u) * QBLOCK_BYTES, l, t, k + 2u);
+            let e2 = QLANE(rb + (k + 4u) * QBLOCK_BYTES, l, t, k + 4u);
+            let e3 = QLANE(rb + (k + 6u) * QBLOCK_BYTES, l, t, k + 6u);
+            let e4 = QLANE(rb + (k + 8u) * QBLOCK_BYTES, l, t, k + 8u);
+            let e5 = QLANE(rb + (k + 10u) * QBLOCK_BYTES, l, t, k + 10u);
+            let e6 = QLANE(rb + (k + 12u) * QBLOCK_BYTES, l, t, k + 12u);
+            let e7 = QLANE(rb + (k + 14u) * QBLOCK_BYTES, l, t, k + 14u);
+            let e8 = QLANE(rb + (k + 16u) * QBLOCK_BYTES, l, t, k + 16u);
+            let e9 = QLANE(rb + (k + 18u) * QBLOCK_BYTES, l, t, k + 18u);
+            let e10 = QLANE(rb + (k + 20u) * QBLOCK_BYTES, l, t, k + 20u);
+            let e11 = QLANE(rb + (k + 22u) * QBLOCK_BYTES, l, t, k + 22u);
+            let e12 = QLANE(rb + (k + 24u) * QBLOCK_BYTES, l, t, k + 24u);
+            let e13 = QLANE(rb + (k + 26u) * QBLOCK_BYTES, l, t, k + 26u);
+            let e14 = QLANE(rb + (k + 28u) * QBLOCK_BYTES, l, t, k + 28u);
+            let e15 = QLANE(rb + (k + 30u) * QBLOCK_BYTES, l, t, k + 30u);
+            acc = fma_rn(e0.x, e0.y, acc);
+            acc = fma_rn(e1.x, e1.y, acc);
+            acc = fma_rn(e2.x, e2.y, acc);
+            acc = fma_rn(e3.x, e3.y, acc);
+            acc = fma_rn(e4.x, e4.y, acc);
+            acc = fma_rn(e5.x, e5.y, acc);
+            acc = fma_rn(e6.x, e6.y, acc);
+            acc = fma_rn(e7.x, e7.y, acc);
+            acc = fma_rn(e8.x, e8.y, acc);
+            acc = fma_rn(e9.x, e9.y, acc);
+            acc = fma_rn(e10.x, e10.y, acc);
+            acc = fma_rn(e11.x, e11.y, acc);
+            acc = fma_rn(e12.x, e12.y, acc);
+            acc = fma_rn(e13.x, e13.y, acc);
+            acc = fma_rn(e14.x, e14.y, acc);
+            acc = fma_rn(e15.x, e15.y, acc);
+        }
+        // WIDE_END
         for (; k + 14u < nb; k += 16u) {
             let d0 = QLANE(rb + k * QBLOCK_BYTES, l, t, k);
             let d1 = QLANE(rb + (k + 2u) * QBLOCK_BYTES, l, t, k + 2u);
