@@ -253,7 +253,9 @@ const SPLIT_CHUNK: usize = 64;
 /// workgroup per (token, head) is too few; a prompt chunk has enough of them.
 const SPLIT_MAX_TOKENS: usize = 8;
 /// ... and over at least this many chunks: below it the three dispatches cost more than
-/// they save (and short contexts keep the single kernel's order of sums).
+/// they save (and short contexts keep the single kernel's order of sums). Decoding 1,024
+/// tokens of Qwen3-0.6B on an H100 through Vulkan, from 3 up to 10 chunks measured alike
+/// (241-245 tok/s), 16 less (213), the single kernel throughout 205.
 const SPLIT_MIN_CHUNKS: usize = 3;
 
 /// The most positions one token of `batch` sees.

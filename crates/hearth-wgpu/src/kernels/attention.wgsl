@@ -6,10 +6,18 @@
 //  slot of position j:       table[j / block_size] * block_size + j % block_size
 // ```
 // `kv_write` stores the batch's new keys/values in their slots; `attention` then runs one
-// workgroup per (token, head): pass 1 finds the softmax max and sum over the visible positions
-// (an online softmax per thread, merged across threads), pass 2 walks the positions in tiles of
-// 64, rounds each weight to f16 (as the CPU reference does) and accumulates the values; each
-// thread owns the output dimensions lid, lid + 64, ... (head_dim ≤ 256).
+// workgroup of 256 threads per (token, head), over tiles of 64 positions:
+//
+//   pass 1: the scores of a tile, four threads per position (each a quarter of the
+//           query-key product), then the softmax max and sum over the visible positions (an
+//           online softmax per position slot, merged across slots);
+//   pass 2: each weight rounded to f16 (as the CPU reference does), and the weighted values
+//           summed by four groups of threads, each over a quarter of the tile's positions
+//           (in order) for every word of the head; the four sums are added at the end.
+//
+// NOTE: a GPU runs one workgroup's long dependent chains slowly (an H100 through Vulkan spent
+// ~39 µs on a decode attention of Qwen3-0.6B with a thread per position and per output
+// dimension); splitting every product and sum four ways shortens them. head_dim ≤ 256.
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;         // [n_tokens, n_heads * head_dim]
 @group(0) @binding(1) var<storage, read> k: array<f32>;         // [n_tokens, kv_dim]
@@ -44,19 +52,10 @@ fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
 var<workgroup> own_k: array<u32, 128>;
 var<workgroup> own_v: array<u32, 128>;
 
-// Word w of the token's own value (see above).
+// Word w of the token's own value (see above), for attention_common.wgsl's `add_values`
+// (which this kernel does not call: `stage` puts the own words in the tile).
 fn own_value_word(w: u32) -> u32 {
     return own_v[w];
-}
-
-// `score` of the token's own position, from own_k.
-fn own_score() -> f32 {
-    var s = 0.0;
-    for (var d = 0u; d < p.head_dim / 2u; d++) {
-        let kk = unpack2x16float(own_k[d]);
-        s += keep(qs[2u * d] * kk.x) + keep(qs[2u * d + 1u] * kk.y);
-    }
-    return scaled_score(s);
 }
 
 // The token's own key and value to own_k / own_v, and to the cache from the first query head
@@ -66,7 +65,7 @@ fn take_own_kv(t: u32, h: u32, kv_head: u32, slot: u32, lid: u32) {
     let half_dim = p.n_kv_heads * half;
     let at = t * 2u * half_dim + kv_head * p.head_dim;
     let writes = h % (p.n_heads / p.n_kv_heads) == 0u;
-    for (var d = lid; d < half; d += 64u) {
+    for (var d = lid; d < half; d += WG) {
         let kw = pack_f16(k[at + 2u * d], k[at + 2u * d + 1u]);
         let vw = pack_f16(v[at + 2u * d], v[at + 2u * d + 1u]);
         own_k[d] = kw;
@@ -78,17 +77,81 @@ fn take_own_kv(t: u32, h: u32, kv_head: u32, slot: u32, lid: u32) {
     }
 }
 
-// Scores a thread keeps from pass 1 for pass 2: positions up to 64 · KEPT past the first
-// visible one (decode runs attention_split.wgsl past 128).
-const KEPT: u32 = 4u;
+const WG: u32 = 256u;
 
+// Scores, then weights, of the first KEPT visible positions, kept from pass 1 for pass 2
+// (past them pass 2 computes the score again; decode runs attention_split.wgsl over long
+// contexts).
+const KEPT: u32 = 512u;
+var<workgroup> kept: array<f32, KEPT>;
+// Where each position of the tile starts in the cache (word of its slot and KV head).
+var<workgroup> tile_at: array<u32, 64>;
+// Pass 1: the four partial products of each tile position, [4][64]; at the end, the four
+// partial value sums of each output dimension, [4][256].
+var<workgroup> partial: array<f32, 1024>;
 var<workgroup> red_m: array<f32, 64>;
 var<workgroup> red_l: array<f32, 64>;
 var<workgroup> weights: array<f32, 64>;
 var<workgroup> span: vec2<u32>;   // first visible position, own position
 var<workgroup> table_at: u32;
 
-@compute @workgroup_size(64)
+// Key words w0 .. w1 of the position at `at` times the query, summed in order as `score`
+// sums (the token's own key from own_k where `own`). Eight words are loaded before any is
+// used (see `score`).
+fn partial_score(at: u32, w0: u32, w1: u32, own: bool) -> f32 {
+    var s = 0.0;
+    var d = w0;
+    for (; d + 8u <= w1; d += 8u) {
+        let w = array<u32, 8>(kc[at + d], kc[at + d + 1u], kc[at + d + 2u], kc[at + d + 3u],
+                              kc[at + d + 4u], kc[at + d + 5u], kc[at + d + 6u],
+                              kc[at + d + 7u]);
+        for (var i = 0u; i < 8u; i++) {
+            let kk = unpack2x16float(select(w[i], own_k[d + i], own));
+            s += keep(qs[2u * (d + i)] * kk.x) + keep(qs[2u * (d + i) + 1u] * kk.y);
+        }
+    }
+    for (; d < w1; d++) {
+        let kk = unpack2x16float(select(kc[at + d], own_k[d], own));
+        s += keep(qs[2u * d] * kk.x) + keep(qs[2u * d + 1u] * kk.y);
+    }
+    return s;
+}
+
+// Where the `n` positions of the tile at j0 start in the cache, to tile_at. Call in uniform
+// control flow; returns after a barrier.
+fn locate_tile(table: u32, j0: u32, n: u32, head_at: u32, lid: u32) {
+    if (lid < n) {
+        let half_dim = p.n_kv_heads * p.head_dim / 2u;
+        tile_at[lid] = slot_of(table, j0 + lid) * half_dim + head_at;
+    }
+    workgroupBarrier();
+}
+
+// The scores of the tile's n positions (tile_at set); thread i < n gets position i's.
+// `own` is the tile row of the token's own position (none: ≥ 64). Call in uniform control
+// flow.
+fn tile_scores(n: u32, own: u32, lid: u32) -> f32 {
+    let i = lid % 64u;
+    let g = lid / 64u;
+    let half = p.head_dim / 2u;
+    let quarter = (half + 3u) / 4u;
+    var s = 0.0;
+    if (i < n) {
+        s = partial_score(tile_at[i], min(g * quarter, half), min(g * quarter + quarter, half),
+                          i == own);
+    }
+    partial[lid] = s;
+    workgroupBarrier();
+    var score = 0.0;
+    if (lid < n) {
+        score = scaled_score((partial[i] + partial[64u + i]) + (partial[128u + i] + partial[192u + i]));
+    }
+    // partial is written again by the next call.
+    workgroupBarrier();
+    return score;
+}
+
+@compute @workgroup_size(256)
 fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let id = flat_group(wg, nwg);
@@ -97,6 +160,8 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
     let h = id % p.n_heads;
     let kv_head = h / (p.n_heads / p.n_kv_heads);
     let hd = p.head_dim;
+    let half = hd / 2u;
+    let head_at = kv_head * half;
     if (lid == 0u) {
         let pos = aux[2u * t];
         var start = 0u;
@@ -106,7 +171,7 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
         span = vec2<u32>(start, pos);
         table_at = aux[2u * t + 1u];
     }
-    for (var d = lid; d < hd; d += 64u) {
+    for (var d = lid; d < hd; d += WG) {
         qs[d] = f16_round(q[(t * p.n_heads + h) * hd + d]);
     }
     let own_kv = p.own_kv != 0u;
@@ -117,110 +182,150 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
     let sp = workgroupUniformLoad(&span);
     let table = workgroupUniformLoad(&table_at);
 
-    // Pass 1: max and sum of exp over the visible positions. A thread keeps the scores of
-    // its first KEPT positions for pass 2, which needs them again (the same thread's ones).
+    // Pass 1: thread i < 64 keeps an online softmax (max m, sum l) of the positions
+    // sp.x + i, sp.x + i + 64, ...
     var m = NEG_BIG;
     var l = 0.0;
-    var kept: array<f32, KEPT>;
-    for (var j = sp.x + lid; j <= sp.y; j += 64u) {
-        var s = 0.0;
-        if (own_kv && j == sp.y) {
-            s = own_score();
-        } else {
-            s = score(kv_head, table, j);
-        }
-        let k = (j - sp.x) / 64u;
-        if (k < KEPT) {
-            kept[k] = s;
-        }
-        if (s > m) {
-            l = keep(l * exp_rn(m - s)) + 1.0;
-            m = s;
-        } else {
-            l += exp_rn(s - m);
+    for (var j0 = sp.x; j0 <= sp.y; j0 += 64u) {
+        let n = min(64u, sp.y + 1u - j0);
+        let own = select(64u, sp.y - j0, own_kv);
+        locate_tile(table, j0, n, head_at, lid);
+        let s = tile_scores(n, own, lid);
+        if (lid < n) {
+            let k = j0 + lid - sp.x;
+            if (k < KEPT) {
+                kept[k] = s;
+            }
+            if (s > m) {
+                l = keep(l * exp_rn(m - s)) + 1.0;
+                m = s;
+            } else {
+                l += exp_rn(s - m);
+            }
         }
     }
-    red_m[lid] = m;
-    red_l[lid] = l;
+    // The overall max, then the sums rescaled to it and added.
+    if (lid < 64u) {
+        red_m[lid] = m;
+    }
     workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            let m2 = max(red_m[lid], red_m[lid + s]);
-            red_l[lid] = keep(red_l[lid] * exp_rn(red_m[lid] - m2))
-                + keep(red_l[lid + s] * exp_rn(red_m[lid + s] - m2));
-            red_m[lid] = m2;
+    for (var r = 32u; r > 0u; r >>= 1u) {
+        if (lid < r) {
+            red_m[lid] = max(red_m[lid], red_m[lid + r]);
         }
         workgroupBarrier();
     }
     let big_m = red_m[0];
+    if (lid < 64u) {
+        red_l[lid] = keep(l * exp_rn(m - big_m));
+    }
+    workgroupBarrier();
+    for (var r = 32u; r > 0u; r >>= 1u) {
+        if (lid < r) {
+            red_l[lid] += red_l[lid + r];
+        }
+        workgroupBarrier();
+    }
     let inv_l = div_rn(1.0, red_l[0]);
 
-    // Pass 2: f16-rounded weights times values, 64 positions at a time.
-    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    let head_at = kv_head * hd / 2u;
+    // Pass 2: group g = lid / 64 sums the weighted values of tile rows 16g .. 16g + 15, in
+    // order, for words c and c + 64 of the head (c = lid % 64).
+    let c = lid % 64u;
+    let g = lid / 64u;
+    var acc = array<vec2<f32>, 2>(vec2<f32>(0.0), vec2<f32>(0.0));
     for (var j0 = sp.x; j0 <= sp.y; j0 += 64u) {
-        let j = j0 + lid;
-        var wj = 0.0;
-        if (j <= sp.y) {
-            let k = (j0 - sp.x) / 64u;
-            var s = 0.0;
+        let n = min(64u, sp.y + 1u - j0);
+        let own = select(64u, sp.y - j0, own_kv);
+        locate_tile(table, j0, n, head_at, lid);
+        var s = 0.0;
+        if (j0 + n - sp.x > KEPT) {
+            s = tile_scores(n, own, lid);
+        }
+        if (lid < n) {
+            let k = j0 + lid - sp.x;
             if (k < KEPT) {
                 s = kept[k];
-            } else if (own_kv && j == sp.y) {
-                s = own_score();
-            } else {
-                s = score(kv_head, table, j);
             }
-            wj = f16_round(exp_rn(s - big_m) * inv_l);
+            weights[lid] = f16_round(exp_rn(s - big_m) * inv_l);
         }
-        weights[lid] = wj;
         workgroupBarrier();
-        let own = select(0xffffffffu, sp.y - j0, own_kv);
-        add_values(&acc, table, j0, min(64u, sp.y + 1u - j0), head_at, lid, own);
-        workgroupBarrier();
-    }
-    if (live) {
-        for (var r = 0u; r < 4u; r++) {
-            let d = lid + 64u * r;
-            if (d < hd) {
-                out[(t * p.n_heads + h) * hd + d] = acc[r];
+        let r0 = 16u * g;
+        let r1 = min(r0 + 16u, n);
+        for (var r = 0u; r < 2u; r++) {
+            let w = c + 64u * r;
+            if (w < half) {
+                acc[r] = add_tile_values(acc[r], r0, r1, w, own);
             }
         }
+        // weights and tile_at are written again by the next tile.
+        workgroupBarrier();
     }
-    if (p.q8 != 0u) {
-        quantize_head(acc, (t * p.n_heads + h) * hd / 32u, live, lid);
-    }
-}
-
-var<workgroup> head_out: array<f32, 256>;
-
-// The head's output (acc as `attention` holds it) as Q8_0 blocks first_block .. in `oq`, the
-// bits quantize.wgsl gives: the o projection's 8-bit matmul then needs no quantize dispatch.
-// head_dim is a multiple of 32 (the host asks for it only then).
-fn quantize_head(acc: array<f32, 4>, first_block: u32, live: bool, lid: u32) {
-    let hd = p.head_dim;
-    for (var r = 0u; r < 4u; r++) {
-        let d = lid + 64u * r;
-        if (d < hd) {
-            head_out[d] = acc[r];
+    for (var r = 0u; r < 2u; r++) {
+        let w = c + 64u * r;
+        if (w < half) {
+            partial[256u * g + 2u * w] = acc[r].x;
+            partial[256u * g + 2u * w + 1u] = acc[r].y;
         }
     }
     workgroupBarrier();
-    let n_blocks = hd / 32u;
-    for (var k0 = 0u; k0 < n_blocks; k0 += 8u) {
-        let k = k0 + lid / 8u;
-        let mine = live && k < n_blocks;
-        let i = 32u * k + 4u * (lid % 8u);
-        var v = vec4<f32>(0.0);
-        if (mine) {
-            v = vec4<f32>(head_out[i], head_out[i + 1u], head_out[i + 2u], head_out[i + 3u]);
+    var o = 0.0;
+    if (lid < hd) {
+        o = (partial[lid] + partial[256u + lid]) + (partial[512u + lid] + partial[768u + lid]);
+        if (live) {
+            out[(t * p.n_heads + h) * hd + lid] = o;
         }
-        let qd = quantize_part_q8_0(v, lid);
-        if (mine) {
-            oq[8u * (first_block + k) + lid % 8u] = qd.x;
-            if (lid % 8u == 0u) {
-                oq[p.q8_scales + first_block + k] = qd.y;
-            }
+    }
+    if (p.q8 != 0u) {
+        quantize_head(o, (t * p.n_heads + h) * hd / 32u, live, lid);
+    }
+}
+
+// `acc` plus the weighted word w of the values of tile rows r0 .. r1, in order (row `own`:
+// the token's own value, from own_v). Eight rows' words are loaded before any is added.
+fn add_tile_values(acc: vec2<f32>, r0: u32, r1: u32, w: u32, own: u32) -> vec2<f32> {
+    var a = acc;
+    var r = r0;
+    for (; r + 8u <= r1; r += 8u) {
+        let x = array<u32, 8>(vc[tile_at[r] + w], vc[tile_at[r + 1u] + w],
+                              vc[tile_at[r + 2u] + w], vc[tile_at[r + 3u] + w],
+                              vc[tile_at[r + 4u] + w], vc[tile_at[r + 5u] + w],
+                              vc[tile_at[r + 6u] + w], vc[tile_at[r + 7u] + w]);
+        for (var i = 0u; i < 8u; i++) {
+            let pair = unpack2x16float(select(x[i], own_v[w], r + i == own));
+            a.x += keep(weights[r + i] * pair.x);
+            a.y += keep(weights[r + i] * pair.y);
+        }
+    }
+    for (; r < r1; r++) {
+        let pair = unpack2x16float(select(vc[tile_at[r] + w], own_v[w], r == own));
+        a.x += keep(weights[r] * pair.x);
+        a.y += keep(weights[r] * pair.y);
+    }
+    return a;
+}
+
+// The head's output (`o`: dimension lid's, for lid < head_dim) as Q8_0 blocks first_block ..
+// in `oq`, the bits quantize.wgsl gives: the o projection's 8-bit matmul then needs no
+// quantize dispatch. head_dim is a multiple of 32 (the host asks for it only then).
+fn quantize_head(o: f32, first_block: u32, live: bool, lid: u32) {
+    let hd = p.head_dim;
+    if (lid < hd) {
+        kept[lid] = o; // (free by now)
+    }
+    workgroupBarrier();
+    let n_blocks = hd / 32u;
+    let k = lid / 8u;
+    let mine = live && k < n_blocks;
+    let i = 32u * k + 4u * (lid % 8u);
+    var v = vec4<f32>(0.0);
+    if (mine) {
+        v = vec4<f32>(kept[i], kept[i + 1u], kept[i + 2u], kept[i + 3u]);
+    }
+    let qd = quantize_part_q8_0(v, lid);
+    if (mine) {
+        oq[8u * (first_block + k) + lid % 8u] = qd.x;
+        if (lid % 8u == 0u) {
+            oq[p.q8_scales + first_block + k] = qd.y;
         }
     }
 }
