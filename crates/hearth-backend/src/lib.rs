@@ -313,6 +313,29 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// [`Backend::qk_norm_rope`] of `q` and `k`, then [`Backend::attention`]: one layer's
+    /// position encoding and attention in one call, which a backend may run as one kernel.
+    /// `q` and `k` hold unspecified values afterwards.
+    #[allow(clippy::too_many_arguments)]
+    fn qk_norm_rope_attention(
+        &self,
+        q: &mut Self::Tensor,
+        k: &mut Self::Tensor,
+        v: &Self::Tensor,
+        norms: Option<(&Self::Weight, &Self::Weight)>,
+        rows: RopeRows,
+        rope: &RopeSpec,
+        eps: f32,
+        cache: &mut Self::KvCache,
+        layer: usize,
+        batch: &AttnBatch,
+        params: &AttnParams,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError> {
+        self.qk_norm_rope(q, k, norms, rows, params.head_dim, rope, eps)?;
+        self.attention(q, k, v, cache, layer, batch, params, out)
+    }
+
     /// Causal attention over the paged cache for one layer.
     ///
     /// `q`: `[n_tokens, n_heads * head_dim]`, `k`/`v`: `[n_tokens, n_kv_heads * head_dim]` for

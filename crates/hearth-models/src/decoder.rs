@@ -426,9 +426,6 @@ impl<B: Backend> DecoderModel<B> {
             theta_scales: rows.theta_scales.filter(|_| scaled),
         };
         let norms = layer.q_norm.as_ref().zip(layer.k_norm.as_ref());
-        be.qk_norm_rope(
-            &mut q, &mut k, norms, rope_rows, c.head_dim, rope, c.rms_eps,
-        )?;
         let params = AttnParams {
             n_heads: c.n_heads,
             n_kv_heads: c.n_kv_heads,
@@ -438,7 +435,10 @@ impl<B: Backend> DecoderModel<B> {
             softcap: c.attn_softcap,
         };
         let mut ctx = be.alloc(n, q_dim)?;
-        be.attention(&q, &k, &v, cache, il, rows.attn, &params, &mut ctx)?;
+        be.qk_norm_rope_attention(
+            &mut q, &mut k, &v, norms, rope_rows, rope, c.rms_eps, cache, il, rows.attn, &params,
+            &mut ctx,
+        )?;
         Ok(ctx)
     }
 

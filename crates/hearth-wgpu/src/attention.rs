@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use hearth_quant::GgmlType;
 
-use crate::backend::{check, words, WgpuBackend, WgpuTensor};
+use crate::backend::{check, words, WgpuBackend, WgpuTensor, WgpuWeight};
 use crate::kernels::Module;
 use crate::recorder::{Bind, Grid};
 
@@ -94,7 +94,28 @@ fn attention_aux(
     Ok(aux)
 }
 
-/// See [`hearth_backend::Backend::attention`].
+/// QK-norm and RoPE of a decode step, done by the attention kernel itself (see
+/// attention.wgsl's `norm_rope_qk`): the norm weights of q and k heads, and the rotation of
+/// every token as `rope_table` gives it.
+pub(crate) struct FusedQk<'a> {
+    pub norms: (&'a WgpuWeight, &'a WgpuWeight),
+    pub table: Vec<f32>,
+    pub n_rot: usize,
+    pub neox: bool,
+    pub eps: f32,
+}
+
+/// How `attention` runs a batch: (the single kernel, not the split one; the single kernel
+/// writing the step's own keys and values, a decode step).
+pub(crate) fn plan(batch: &AttnBatch, p: &AttnParams, n_tokens: usize) -> (bool, bool) {
+    let n_chunks = longest_span(batch, p.window).div_ceil(SPLIT_CHUNK);
+    let single_kernel = n_tokens > SPLIT_MAX_TOKENS || n_chunks < SPLIT_MIN_CHUNKS;
+    let own_kv = single_kernel && batch.seqs.iter().all(|s| s.n_tokens <= 1);
+    (single_kernel, own_kv)
+}
+
+/// See [`hearth_backend::Backend::attention`]; with `fused` (only where `plan` says own_kv),
+/// `q` and `k` are not yet normed and rotated, and the kernel does it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     be: &WgpuBackend,
@@ -106,6 +127,7 @@ pub(crate) fn attention(
     batch: &AttnBatch,
     p: &AttnParams,
     out: &mut WgpuTensor,
+    fused: Option<&FusedQk>,
 ) -> Result<(), BackendError> {
     let kv_dim = p.n_kv_heads * p.head_dim;
     let q_dim = p.n_heads * p.head_dim;
@@ -136,7 +158,7 @@ pub(crate) fn attention(
             && out.rows == n,
         || format!("attention shapes q {q_dim} k/v {kv_dim} do not match the tensors"),
     )?;
-    let aux = attention_aux(batch, n, cache.n_blocks)?;
+    let mut aux = attention_aux(batch, n, cache.n_blocks)?;
     let mut params = [
         n as u32,
         p.n_heads as u32,
@@ -154,11 +176,27 @@ pub(crate) fn attention(
         0, // q8
         0, // q8_scales
         0, // own_kv
+        0, // qk_norm
+        0, // half_rot
+        0, // neox
+        0, // eps
+        0, // rope_at
     ];
+    let (single_kernel, own_kv) = plan(batch, p, n);
+    check(fused.is_none() || own_kv, || {
+        "the attention kernel norms and rotates q and k only in a decode step".to_string()
+    })?;
+    if let Some(f) = fused {
+        params[16] = 1;
+        params[17] = (f.n_rot / 2) as u32;
+        params[18] = f.neox as u32;
+        params[19] = f.eps.to_bits();
+        params[20] = aux.len() as u32;
+        aux.extend(f.table.iter().map(|v| v.to_bits()));
+    }
     let aux = words(&aux);
     let (kc, vc) = &cache.layers[layer];
     let n_chunks = longest_span(batch, p.window).div_ceil(SPLIT_CHUNK);
-    let single_kernel = n > SPLIT_MAX_TOKENS || n_chunks < SPLIT_MIN_CHUNKS;
     // NOTE: as the norms in front of projections do (see `rms_norm_copy`), the attention
     // kernel also writes its output as Q8_0 blocks for the o projection once a Q8_0 matmul
     // has been seen: a quantize dispatch fewer per layer. Whole heads are whole blocks.
@@ -175,7 +213,6 @@ pub(crate) fn attention(
     };
     // A decode step (every sequence brings one token) on the single kernel: the attention
     // kernel writes the keys and values itself (see attention.wgsl): a dispatch fewer.
-    let own_kv = single_kernel && batch.seqs.iter().all(|s| s.n_tokens <= 1);
     params[15] = own_kv as u32;
     let single = words(&params);
     let binds = [
@@ -188,6 +225,8 @@ pub(crate) fn attention(
         Bind::Host(&single),
         Bind::Host(&aux),
         Bind::Buffer(oq.as_ref().map_or(&be.dummy_rw, |q| &q.buf.buf)),
+        Bind::Buffer(fused.map_or(&be.dummy, |f| f.norms.0.vector())),
+        Bind::Buffer(fused.map_or(&be.dummy, |f| f.norms.1.vector())),
     ];
     let mut rec = be.recorder();
     if !own_kv {

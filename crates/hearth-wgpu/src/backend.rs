@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hearth_backend::{
-    Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeRows,
-    RopeSpec,
+    Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeKind,
+    RopeRows, RopeSpec,
 };
 use hearth_quant::GgmlType;
 use wgpu::util::DeviceExt;
@@ -730,6 +730,56 @@ impl Backend for WgpuBackend {
         params: &AttnParams,
         out: &mut WgpuTensor,
     ) -> Result<(), BackendError> {
-        crate::attention::attention(self, q, k, v, cache, layer, batch, params, out)
+        crate::attention::attention(self, q, k, v, cache, layer, batch, params, out, None)
+    }
+
+    fn qk_norm_rope_attention(
+        &self,
+        q: &mut WgpuTensor,
+        k: &mut WgpuTensor,
+        v: &WgpuTensor,
+        norms: Option<(&WgpuWeight, &WgpuWeight)>,
+        rows: RopeRows,
+        rope: &RopeSpec,
+        eps: f32,
+        cache: &mut WgpuKvCache,
+        layer: usize,
+        batch: &AttnBatch,
+        params: &AttnParams,
+        out: &mut WgpuTensor,
+    ) -> Result<(), BackendError> {
+        // NOTE: in a decode step the attention kernel norms and rotates the step's query and
+        // key heads itself (attention.wgsl's `norm_rope_qk`, the bits of the separate kernel):
+        // a dispatch fewer per layer.
+        let head_dim = params.head_dim;
+        let fits = |w: &WgpuWeight| w.rows == 1 && w.cols == head_dim;
+        if let Some((qn, kn)) = norms.filter(|(qn, kn)| fits(qn) && fits(kn)) {
+            let (_, own_kv) = crate::attention::plan(batch, params, q.rows);
+            if own_kv && head_dim <= 256 && rope.n_rot <= head_dim {
+                check_rope(q, rows, head_dim, rope)?;
+                check_rope(k, rows, head_dim, rope)?;
+                let fused = crate::attention::FusedQk {
+                    norms: (qn, kn),
+                    table: rope_table(rows, rope),
+                    n_rot: rope.n_rot,
+                    neox: rope.kind == RopeKind::Neox,
+                    eps,
+                };
+                return crate::attention::attention(
+                    self,
+                    q,
+                    k,
+                    v,
+                    cache,
+                    layer,
+                    batch,
+                    params,
+                    out,
+                    Some(&fused),
+                );
+            }
+        }
+        self.qk_norm_rope(q, k, norms, rows, head_dim, rope, eps)?;
+        self.attention(q, k, v, cache, layer, batch, params, out)
     }
 }

@@ -127,7 +127,7 @@ impl Module {
             Module::Norm(_) => &[RW, R, R, R, RW, RW, R],
             Module::Rope => &[RW, R, R],
             Module::Quantize => &[R, RW, R],
-            Module::Attention(_) => &[R, R, R, RW, RW, RW, R, R, RW],
+            Module::Attention(_) => &[R, R, R, RW, RW, RW, R, R, RW, R, R],
             Module::AttentionSplit(_) => &[R, R, R, RW, R, R, RW],
         }
     }
@@ -145,7 +145,10 @@ impl Module {
             Module::Rope => format!("{PRELUDE}\n{ROPE}"),
             Module::Elementwise(f) => with_exact(f, &[ELEMENTWISE]),
             Module::Norm(f) => with_exact(f, &[QUANTIZE_COMMON, DOUBLE_WORD, NORM]),
-            Module::Attention(f) => with_exact(f, &[QUANTIZE_COMMON, ATTENTION_COMMON, ATTENTION]),
+            Module::Attention(f) => with_exact(
+                f,
+                &[QUANTIZE_COMMON, DOUBLE_WORD, ATTENTION_COMMON, ATTENTION],
+            ),
             Module::AttentionSplit(f) => with_exact(f, &[ATTENTION_COMMON, ATTENTION_SPLIT]),
         }
     }

@@ -242,14 +242,23 @@ fn elementwise_ops() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+/// QK-norm and RoPE in front of the attention: the q and k norm weights, the rotation, and
+/// whether through the one op (`qk_norm_rope_attention`) or the two apart.
+struct QkNormRope<'a> {
+    norms: (&'a [f32], &'a [f32]),
+    rope: RopeSpec,
+    one_op: bool,
+}
+
 /// Two sequences with scattered block tables, a prompt chunk then one token each, with GQA,
-/// and again with a sliding window and soft-capping.
+/// and again with a sliding window and soft-capping; with `qk`, QK-norm and RoPE first.
 fn attention_on<B: Backend>(
     be: &B,
     data: &[Vec<f32>],
     (hd, bs): (usize, usize),
     window: Option<usize>,
     softcap: Option<f32>,
+    qk: Option<&QkNormRope>,
     after: &mut dyn FnMut(&B::Tensor),
 ) -> Vec<f32> {
     let (n_heads, n_kv) = (4, 2);
@@ -298,18 +307,43 @@ fn attention_on<B: Backend>(
             seqs: &seqs,
             block_size: bs,
         };
-        let q = be
+        let mut q = be
             .upload(&data[3 * step][..n * q_dim], n, q_dim)
             .expect("q");
-        let k = be
+        let mut k = be
             .upload(&data[3 * step + 1][..n * kv_dim], n, kv_dim)
             .expect("k");
         let v = be
             .upload(&data[3 * step + 2][..n * kv_dim], n, kv_dim)
             .expect("v");
         let mut out = be.alloc(n, q_dim).expect("out");
-        be.attention(&q, &k, &v, &mut cache, 0, &batch, &params, &mut out)
-            .expect("attention");
+        if let Some(qk) = qk {
+            let positions: Vec<u32> = (0..2)
+                .flat_map(|s| (firsts[s]..firsts[s] + lens[s]).map(|p| p as u32))
+                .collect();
+            let rows = RopeRows::at(&positions);
+            let norm = |name, v: &[f32]| {
+                be.load_weight(weight(name, GgmlType::F32, 1, hd, v))
+                    .expect("norm")
+            };
+            let (qn, kn) = (norm("q_norm", qk.norms.0), norm("k_norm", qk.norms.1));
+            let norms = Some((&qn, &kn));
+            if qk.one_op {
+                be.qk_norm_rope_attention(
+                    &mut q, &mut k, &v, norms, rows, &qk.rope, 1e-6, &mut cache, 0, &batch,
+                    &params, &mut out,
+                )
+                .expect("qk_norm_rope_attention");
+            } else {
+                be.qk_norm_rope(&mut q, &mut k, norms, rows, hd, &qk.rope, 1e-6)
+                    .expect("qk_norm_rope");
+                be.attention(&q, &k, &v, &mut cache, 0, &batch, &params, &mut out)
+                    .expect("attention");
+            }
+        } else {
+            be.attention(&q, &k, &v, &mut cache, 0, &batch, &params, &mut out)
+                .expect("attention");
+        }
         after(&out);
         outs.extend(be.to_host(&out).expect("to_host"));
     }
@@ -328,8 +362,8 @@ fn paged_attention() {
         ((64, 4), Some(3), Some(2.0)),
         ((32, 32), None, None),
     ] {
-        let want = attention_on(&cpu(), &data, shape, window, softcap, &mut |_| {});
-        let got = attention_on(&g, &data, shape, window, softcap, &mut |_| {});
+        let want = attention_on(&cpu(), &data, shape, window, softcap, None, &mut |_| {});
+        let got = attention_on(&g, &data, shape, window, softcap, None, &mut |_| {});
         let e = nmse(&want, &got);
         eprintln!("attention window {window:?} softcap {softcap:?}: nmse {e:.2e}");
         // Both round queries, keys, values and softmax weights to f16; the sums differ in order.
@@ -378,7 +412,7 @@ fn fused_attention_quantize_equals_separate_ops() {
         let x = g.upload(&random(&mut rng, cols), 1, cols).expect("x");
         matmul(&x); // a Q8_0 matmul: from here on the attention output is quantized too
         let mut steps = 0;
-        attention_on(&g, &data, (hd, 4), None, None, &mut |out| {
+        attention_on(&g, &data, (hd, 4), None, None, None, &mut |out| {
             let apart = g.copy(out).expect("copy");
             let (fused, n_fused) = matmul(out);
             let (separate, n_separate) = matmul(&apart);
@@ -388,6 +422,65 @@ fn fused_attention_quantize_equals_separate_ops() {
             steps += 1;
         });
         assert_eq!(steps, 3);
+    }
+}
+
+/// In a decode step the attention kernel norms and rotates q and k itself: the bits of the two
+/// ops apart, a dispatch fewer, and the CPU's values; for the prompt step before them (which
+/// the two ops do apart) and two decode steps, with full and partial rotations.
+#[test]
+fn qk_norm_rope_in_the_attention_kernel() {
+    let Some(g) = gpu() else { return };
+    let mut rng = StdRng::seed_from_u64(12);
+    let data: Vec<Vec<f32>> = (0..9)
+        .map(|_| random(&mut rng, 11 * 512).iter().map(|v| v * 3.0).collect())
+        .collect();
+    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for (hd, kind, n_rot) in [
+        (64, RopeKind::Neox, 64),
+        (64, RopeKind::Normal, 32),
+        (128, RopeKind::Neox, 128),
+    ] {
+        let (qn, kn) = (random(&mut rng, hd), random(&mut rng, hd));
+        let case = |one_op| QkNormRope {
+            norms: (&qn, &kn),
+            rope: RopeSpec {
+                kind,
+                n_rot,
+                freq_base: 1e6,
+                freq_scale: 1.0,
+                freq_factors: vec![],
+            },
+            one_op,
+        };
+        let run = |one_op| {
+            let before = g.dispatches_recorded();
+            let out = attention_on(
+                &g,
+                &data,
+                (hd, 4),
+                None,
+                None,
+                Some(&case(one_op)),
+                &mut |_| {},
+            );
+            (out, g.dispatches_recorded() - before)
+        };
+        let ((fused, n_fused), (apart, n_apart)) = (run(true), run(false));
+        let want = attention_on(
+            &cpu(),
+            &data,
+            (hd, 4),
+            None,
+            None,
+            Some(&case(true)),
+            &mut |_| {},
+        );
+        let e = nmse(&want, &fused);
+        eprintln!("qk_norm_rope_attention head_dim {hd} {kind:?} {n_rot}: nmse {e:.2e}");
+        assert!(e < 1e-6, "head_dim {hd} {kind:?} {n_rot}: nmse {e:.2e}");
+        assert_eq!(bits(fused), bits(apart), "head_dim {hd} {kind:?} {n_rot}");
+        assert_eq!(n_fused + 2, n_apart, "head_dim {hd} {kind:?} {n_rot}");
     }
 }
 

@@ -28,6 +28,8 @@
 @group(0) @binding(6) var<storage, read> p: AttnParams;
 @group(0) @binding(7) var<storage, read> aux: array<u32>;       // [n_tokens, 2] (pos, table), tables
 @group(0) @binding(8) var<storage, read_write> oq: array<u32>;  // p.q8: out as Q8_0 (quantize.wgsl)
+@group(0) @binding(9) var<storage, read> q_norm: array<f32>;    // p.qk_norm: [head_dim]
+@group(0) @binding(10) var<storage, read> k_norm: array<f32>;   // p.qk_norm: [head_dim]
 
 @compute @workgroup_size(64)
 fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -59,14 +61,19 @@ fn own_value_word(w: u32) -> u32 {
 }
 
 // The token's own key and value to own_k / own_v, and to the cache from the first query head
-// of each KV head.
+// of each KV head. With p.qk_norm the key is normed_k's (`norm_rope_qk`).
 fn take_own_kv(t: u32, h: u32, kv_head: u32, slot: u32, lid: u32) {
     let half = p.head_dim / 2u;
     let half_dim = p.n_kv_heads * half;
     let at = t * 2u * half_dim + kv_head * p.head_dim;
     let writes = h % (p.n_heads / p.n_kv_heads) == 0u;
     for (var d = lid; d < half; d += WG) {
-        let kw = pack_f16(k[at + 2u * d], k[at + 2u * d + 1u]);
+        var kw = 0u;
+        if (p.qk_norm != 0u) {
+            kw = pack_f16(normed[256u + 2u * d], normed[256u + 2u * d + 1u]);
+        } else {
+            kw = pack_f16(k[at + 2u * d], k[at + 2u * d + 1u]);
+        }
         let vw = pack_f16(v[at + 2u * d], v[at + 2u * d + 1u]);
         own_k[d] = kw;
         own_v[d] = vw;
@@ -78,6 +85,74 @@ fn take_own_kv(t: u32, h: u32, kv_head: u32, slot: u32, lid: u32) {
 }
 
 const WG: u32 = 256u;
+
+// With p.qk_norm: the workgroup's query head at 0 .. head_dim, and the token's own key head at
+// 256 .., normed and rotated (`norm_rope_qk`).
+var<workgroup> normed: array<f32, 512>;
+var<workgroup> norm_sums: array<vec2<f32>, 128>;
+
+// QK-norm and RoPE of the workgroup's query head and its token's own key head, from q and k
+// to `normed`, with the steps and bits of norm.wgsl's `rms_norm_rope_qk`: threads 0 .. 63
+// sum the squares of the query (thread i: values i, i + 64, ... in order, as one of that
+// kernel's 64 threads does), 64 .. 127 those of the key, each half then a tree of the same
+// shape; the rotation takes each pair (a, b) in one thread and the sines and cosines from
+// aux. Call in uniform control flow; returns after a barrier.
+fn norm_rope_qk(t: u32, h: u32, kv_head: u32, live: bool, lid: u32) {
+    let hd = p.head_dim;
+    for (var d = lid; d < hd; d += WG) {
+        normed[d] = q[(t * p.n_heads + h) * hd + d];
+        normed[256u + d] = k[(t * p.n_kv_heads + kv_head) * hd + d];
+    }
+    workgroupBarrier();
+    let i = lid % 64u;
+    let head_at = 256u * (lid / 64u);
+    var acc = vec2<f32>(0.0, 0.0);
+    if (live && lid < 128u) {
+        for (var d = i; d < hd; d += 64u) {
+            acc = dw_add(acc, square_exact(normed[head_at + d]));
+        }
+    }
+    if (lid < 128u) {
+        norm_sums[lid] = acc;
+    }
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (lid < 128u && i < s) {
+            norm_sums[lid] = dw_add(norm_sums[lid], norm_sums[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    // Thread lid rotates pairs lid % 128 (, + 128 ...) of the query (lid < 128) or the key.
+    let key = lid >= 128u;
+    let base = select(0u, 256u, key);
+    let mean = dw_div_rn(norm_sums[select(0u, 64u, key)], f32(hd));
+    let inv = div_rn(1.0, sqrt_rn(mean + p.eps));
+    for (var j = lid % 128u; j < p.half_rot; j += 128u) {
+        var a = 2u * j;
+        var b = a + 1u;
+        if (p.neox != 0u) {
+            a = j;
+            b = j + p.half_rot;
+        }
+        let x0 = normed[base + a] * inv * norm_weight(key, a);
+        let x1 = normed[base + b] * inv * norm_weight(key, b);
+        let c = bitcast<f32>(aux[p.rope_at + 2u * (t * p.half_rot + j)]);
+        let s = bitcast<f32>(aux[p.rope_at + 2u * (t * p.half_rot + j) + 1u]);
+        normed[base + a] = keep(x0 * c) - keep(x1 * s);
+        normed[base + b] = keep(x0 * s) + keep(x1 * c);
+    }
+    for (var d = 2u * p.half_rot + lid % 128u; d < hd; d += 128u) {
+        normed[base + d] = normed[base + d] * inv * norm_weight(key, d);
+    }
+    workgroupBarrier();
+}
+
+fn norm_weight(key: bool, i: u32) -> f32 {
+    if (key) {
+        return k_norm[i];
+    }
+    return q_norm[i];
+}
 
 // Scores, then weights, of the first KEPT visible positions, kept from pass 1 for pass 2
 // (past them pass 2 computes the score again; decode runs attention_split.wgsl over long
@@ -171,8 +246,15 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
         span = vec2<u32>(start, pos);
         table_at = aux[2u * t + 1u];
     }
-    for (var d = lid; d < hd; d += WG) {
-        qs[d] = f16_round(q[(t * p.n_heads + h) * hd + d]);
+    if (p.qk_norm != 0u) {
+        norm_rope_qk(t, h, kv_head, live, lid);
+        for (var d = lid; d < hd; d += WG) {
+            qs[d] = f16_round(normed[d]);
+        }
+    } else {
+        for (var d = lid; d < hd; d += WG) {
+            qs[d] = f16_round(q[(t * p.n_heads + h) * hd + d]);
+        }
     }
     let own_kv = p.own_kv != 0u;
     if (own_kv && live) {
