@@ -105,7 +105,19 @@ pub(crate) struct Recorder {
     batch_compiled: bool,
     /// Submit the open batch after this many dispatches (0: only when read back).
     submit_every: usize,
+    /// The open batch's size limit: FIRST_BATCH after a read-back, then doubling up to
+    /// `submit_every` (see FIRST_BATCH).
+    batch_limit: usize,
 }
+
+/// Dispatches in the first batch after a read-back.
+///
+/// NOTE: the GPU sits idle from a read-back until the host submits the next batch. A step's
+/// first batch is small so that the GPU starts early, and each next one twice the size, as
+/// the GPU then has work queued while the host records: with 64 from the start the H100
+/// waited ~0.37 ms per Qwen3-0.6B decode step (of ~3.1 ms) for the first submit, and decoded
+/// at 330-337 tok/s; starting from 8 (up to 128), at 360-366.
+const FIRST_BATCH: usize = 8;
 
 /// The environment variable that sets [`Recorder::submit_every`] (0: one batch per read-back).
 const SUBMIT_EVERY_VAR: &str = "HEARTH_WGPU_SUBMIT_EVERY";
@@ -115,12 +127,18 @@ const SUBMIT_EVERY_VAR: &str = "HEARTH_WGPU_SUBMIT_EVERY";
 /// NOTE: why not one batch per forward step? Because the GPU then waits while the host
 /// records the whole step. With batches of 64 the GPU runs the first while the host records
 /// the next: Qwen3-0.6B Q8_0 decode on an H100 through Vulkan went from 143 to 183 tok/s
-/// (32: 181, 128: 177). A step is still a handful of command buffers, not the hundreds (one
-/// per dispatch) that cost more than the math on Metal.
-const DEFAULT_SUBMIT_EVERY: usize = 64;
+/// (32: 181, 128: 177). Since batches grow from FIRST_BATCH, the largest matters less (two
+/// runs each, tok/s, first batch 8: up to 128: 360, 366; 256: 355, 349; first 4, up to 64:
+/// 360, 355). A step is still a handful of command buffers, not the hundreds (one per
+/// dispatch) that cost more than the math on Metal.
+const DEFAULT_SUBMIT_EVERY: usize = 128;
 
 impl Recorder {
     pub fn new(gpu: &Gpu) -> Recorder {
+        let submit_every = std::env::var(SUBMIT_EVERY_VAR)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_SUBMIT_EVERY);
         Recorder {
             kernels: HashMap::new(),
             groups: HashMap::new(),
@@ -141,10 +159,8 @@ impl Recorder {
             batch_started: None,
             batch_dispatch_ns: 0,
             batch_compiled: false,
-            submit_every: std::env::var(SUBMIT_EVERY_VAR)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(DEFAULT_SUBMIT_EVERY),
+            submit_every,
+            batch_limit: FIRST_BATCH.min(submit_every),
         }
     }
 
@@ -200,9 +216,11 @@ impl Recorder {
             )));
         }
         let timings_full = self.profiler.as_ref().is_some_and(|p| p.full());
-        let batch_full = self.submit_every > 0 && self.n_dispatches >= self.submit_every;
+        let batch_full = self.submit_every > 0 && self.n_dispatches >= self.batch_limit;
         if timings_full || batch_full || (self.arena_host.len() + staged) as u64 > ARENA_BYTES {
+            let next = (2 * self.batch_limit).min(self.submit_every);
             self.submit(gpu, |_| {})?;
+            self.batch_limit = next;
         }
         if self.host_times.is_some() && self.n_dispatches == 0 {
             self.batch_started = Some(std::time::Instant::now());
@@ -331,6 +349,8 @@ impl Recorder {
         }
         self.n_dispatches = 0;
         self.batch += 1;
+        // A read-back, or the caller's next dispatch sets the limit (see FIRST_BATCH).
+        self.batch_limit = FIRST_BATCH.min(self.submit_every);
         if self.batch.is_multiple_of(GROUP_TTL) {
             let batch = self.batch;
             self.groups.retain(|_, g| g.last_batch + GROUP_TTL >= batch);
