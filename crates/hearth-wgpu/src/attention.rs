@@ -94,11 +94,11 @@ fn attention_aux(
     Ok(aux)
 }
 
-/// QK-norm and RoPE of a decode step, done by the attention kernel itself (see
-/// attention.wgsl's `norm_rope_qk`): the norm weights of q and k heads, and the rotation of
-/// every token as `rope_table` gives it.
+/// QK-norm (where there are norms) and RoPE of a decode step, done by the attention kernel
+/// itself (see attention.wgsl's `norm_rope_qk`): the norm weights of q and k heads, and the
+/// rotation of every token as `rope_table` gives it.
 pub(crate) struct FusedQk<'a> {
-    pub norms: (&'a WgpuWeight, &'a WgpuWeight),
+    pub norms: Option<(&'a WgpuWeight, &'a WgpuWeight)>,
     pub table: Vec<f32>,
     pub n_rot: usize,
     pub neox: bool,
@@ -187,7 +187,7 @@ pub(crate) fn attention(
         "the attention kernel norms and rotates q and k only in a decode step".to_string()
     })?;
     if let Some(f) = fused {
-        params[16] = 1;
+        params[16] = if f.norms.is_some() { 1 } else { 2 }; // attention.wgsl's QK_NORM_ROPE, ROPE_ONLY
         params[17] = (f.n_rot / 2) as u32;
         params[18] = f.neox as u32;
         params[19] = f.eps.to_bits();
@@ -225,8 +225,16 @@ pub(crate) fn attention(
         Bind::Host(&single),
         Bind::Host(&aux),
         Bind::Buffer(oq.as_ref().map_or(&be.dummy_rw, |q| &q.buf.buf)),
-        Bind::Buffer(fused.map_or(&be.dummy, |f| f.norms.0.vector())),
-        Bind::Buffer(fused.map_or(&be.dummy, |f| f.norms.1.vector())),
+        Bind::Buffer(
+            fused
+                .and_then(|f| f.norms)
+                .map_or(&be.dummy, |n| n.0.vector()),
+        ),
+        Bind::Buffer(
+            fused
+                .and_then(|f| f.norms)
+                .map_or(&be.dummy, |n| n.1.vector()),
+        ),
     ];
     let mut rec = be.recorder();
     if !own_kv {

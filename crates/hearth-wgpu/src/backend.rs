@@ -749,35 +749,34 @@ impl Backend for WgpuBackend {
         out: &mut WgpuTensor,
     ) -> Result<(), BackendError> {
         // NOTE: in a decode step the attention kernel norms and rotates the step's query and
-        // key heads itself (attention.wgsl's `norm_rope_qk`, the bits of the separate kernel):
-        // a dispatch fewer per layer.
+        // key heads itself (attention.wgsl's `norm_rope_qk`, the bits of the separate
+        // kernels): a dispatch fewer per layer (two without QK-norm).
         let head_dim = params.head_dim;
         let fits = |w: &WgpuWeight| w.rows == 1 && w.cols == head_dim;
-        if let Some((qn, kn)) = norms.filter(|(qn, kn)| fits(qn) && fits(kn)) {
-            let (_, own_kv) = crate::attention::plan(batch, params, q.rows);
-            if own_kv && head_dim <= 256 && rope.n_rot <= head_dim {
-                check_rope(q, rows, head_dim, rope)?;
-                check_rope(k, rows, head_dim, rope)?;
-                let fused = crate::attention::FusedQk {
-                    norms: (qn, kn),
-                    table: rope_table(rows, rope),
-                    n_rot: rope.n_rot,
-                    neox: rope.kind == RopeKind::Neox,
-                    eps,
-                };
-                return crate::attention::attention(
-                    self,
-                    q,
-                    k,
-                    v,
-                    cache,
-                    layer,
-                    batch,
-                    params,
-                    out,
-                    Some(&fused),
-                );
-            }
+        let norms_fit = norms.is_none_or(|(qn, kn)| fits(qn) && fits(kn));
+        let (_, own_kv) = crate::attention::plan(batch, params, q.rows);
+        if norms_fit && own_kv && head_dim <= 256 && rope.n_rot <= head_dim {
+            check_rope(q, rows, head_dim, rope)?;
+            check_rope(k, rows, head_dim, rope)?;
+            let fused = crate::attention::FusedQk {
+                norms,
+                table: rope_table(rows, rope),
+                n_rot: rope.n_rot,
+                neox: rope.kind == RopeKind::Neox,
+                eps,
+            };
+            return crate::attention::attention(
+                self,
+                q,
+                k,
+                v,
+                cache,
+                layer,
+                batch,
+                params,
+                out,
+                Some(&fused),
+            );
         }
         self.qk_norm_rope(q, k, norms, rows, head_dim, rope, eps)?;
         self.attention(q, k, v, cache, layer, batch, params, out)

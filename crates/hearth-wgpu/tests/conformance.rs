@@ -242,10 +242,10 @@ fn elementwise_ops() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// QK-norm and RoPE in front of the attention: the q and k norm weights, the rotation, and
-/// whether through the one op (`qk_norm_rope_attention`) or the two apart.
+/// QK-norm and RoPE in front of the attention: the q and k norm weights (none: RoPE alone),
+/// the rotation, and whether through the one op (`qk_norm_rope_attention`) or the two apart.
 struct QkNormRope<'a> {
-    norms: (&'a [f32], &'a [f32]),
+    norms: Option<(&'a [f32], &'a [f32])>,
     rope: RopeSpec,
     one_op: bool,
 }
@@ -326,8 +326,10 @@ fn attention_on<B: Backend>(
                 be.load_weight(weight(name, GgmlType::F32, 1, hd, v))
                     .expect("norm")
             };
-            let (qn, kn) = (norm("q_norm", qk.norms.0), norm("k_norm", qk.norms.1));
-            let norms = Some((&qn, &kn));
+            let loaded = qk
+                .norms
+                .map(|(q, k)| (norm("q_norm", q), norm("k_norm", k)));
+            let norms = loaded.as_ref().map(|(q, k)| (q, k));
             if qk.one_op {
                 be.qk_norm_rope_attention(
                     &mut q, &mut k, &v, norms, rows, &qk.rope, 1e-6, &mut cache, 0, &batch,
@@ -426,8 +428,9 @@ fn fused_attention_quantize_equals_separate_ops() {
 }
 
 /// In a decode step the attention kernel norms and rotates q and k itself: the bits of the two
-/// ops apart, a dispatch fewer, and the CPU's values; for the prompt step before them (which
-/// the two ops do apart) and two decode steps, with full and partial rotations.
+/// ops apart, a dispatch fewer (two for RoPE alone), and the CPU's values; for the prompt step
+/// before them (which the two ops do apart) and two decode steps, with full and partial
+/// rotations, with and without QK-norm.
 #[test]
 fn qk_norm_rope_in_the_attention_kernel() {
     let Some(g) = gpu() else { return };
@@ -436,14 +439,16 @@ fn qk_norm_rope_in_the_attention_kernel() {
         .map(|_| random(&mut rng, 11 * 512).iter().map(|v| v * 3.0).collect())
         .collect();
     let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-    for (hd, kind, n_rot) in [
-        (64, RopeKind::Neox, 64),
-        (64, RopeKind::Normal, 32),
-        (128, RopeKind::Neox, 128),
+    for (hd, kind, n_rot, with_norms) in [
+        (64, RopeKind::Neox, 64, true),
+        (64, RopeKind::Normal, 32, true),
+        (128, RopeKind::Neox, 128, true),
+        (64, RopeKind::Neox, 64, false),
+        (64, RopeKind::Normal, 32, false),
     ] {
         let (qn, kn) = (random(&mut rng, hd), random(&mut rng, hd));
         let case = |one_op| QkNormRope {
-            norms: (&qn, &kn),
+            norms: with_norms.then_some((qn.as_slice(), kn.as_slice())),
             rope: RopeSpec {
                 kind,
                 n_rot,
@@ -477,10 +482,14 @@ fn qk_norm_rope_in_the_attention_kernel() {
             &mut |_| {},
         );
         let e = nmse(&want, &fused);
-        eprintln!("qk_norm_rope_attention head_dim {hd} {kind:?} {n_rot}: nmse {e:.2e}");
+        eprintln!(
+            "qk_norm_rope_attention head_dim {hd} {kind:?} {n_rot} norms {with_norms}: nmse {e:.2e}"
+        );
         assert!(e < 1e-6, "head_dim {hd} {kind:?} {n_rot}: nmse {e:.2e}");
         assert_eq!(bits(fused), bits(apart), "head_dim {hd} {kind:?} {n_rot}");
-        assert_eq!(n_fused + 2, n_apart, "head_dim {hd} {kind:?} {n_rot}");
+        // Two decode steps, each saving the QK-norm dispatch, or the two rope dispatches.
+        let saved = if with_norms { 2 } else { 4 };
+        assert_eq!(n_fused + saved, n_apart, "head_dim {hd} {kind:?} {n_rot}");
     }
 }
 

@@ -86,13 +86,19 @@ fn take_own_kv(t: u32, h: u32, kv_head: u32, slot: u32, lid: u32) {
 
 const WG: u32 = 256u;
 
+// p.qk_norm: QK-norm and rope here (QK_NORM_ROPE), rope alone here (ROPE_ONLY), or neither
+// (0: q and k come rotated).
+const QK_NORM_ROPE: u32 = 1u;
+const ROPE_ONLY: u32 = 2u;
+
 // With p.qk_norm: the workgroup's query head at 0 .. head_dim, and the token's own key head at
-// 256 .., normed and rotated (`norm_rope_qk`).
+// 256 .., normed (QK_NORM_ROPE) and rotated (`norm_rope_qk`).
 var<workgroup> normed: array<f32, 512>;
 var<workgroup> norm_sums: array<vec2<f32>, 128>;
 
-// QK-norm and RoPE of the workgroup's query head and its token's own key head, from q and k
-// to `normed`, with the steps and bits of norm.wgsl's `rms_norm_rope_qk`: threads 0 .. 63
+// QK-norm (unless ROPE_ONLY, with the bits of rope.wgsl then) and RoPE of the workgroup's
+// query head and its token's own key head, from q and k to `normed`, with the steps and bits
+// of norm.wgsl's `rms_norm_rope_qk`: threads 0 .. 63
 // sum the squares of the query (thread i: values i, i + 64, ... in order, as one of that
 // kernel's 64 threads does), 64 .. 127 those of the key, each half then a tree of the same
 // shape; the rotation takes each pair (a, b) in one thread and the sines and cosines from
@@ -104,10 +110,11 @@ fn norm_rope_qk(t: u32, h: u32, kv_head: u32, live: bool, lid: u32) {
         normed[256u + d] = k[(t * p.n_kv_heads + kv_head) * hd + d];
     }
     workgroupBarrier();
+    let normed_too = p.qk_norm == QK_NORM_ROPE;
     let i = lid % 64u;
     let head_at = 256u * (lid / 64u);
     var acc = vec2<f32>(0.0, 0.0);
-    if (live && lid < 128u) {
+    if (normed_too && live && lid < 128u) {
         for (var d = i; d < hd; d += 64u) {
             acc = dw_add(acc, square_exact(normed[head_at + d]));
         }
@@ -116,11 +123,13 @@ fn norm_rope_qk(t: u32, h: u32, kv_head: u32, live: bool, lid: u32) {
         norm_sums[lid] = acc;
     }
     workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (lid < 128u && i < s) {
-            norm_sums[lid] = dw_add(norm_sums[lid], norm_sums[lid + s]);
+    if (normed_too) {
+        for (var s = 32u; s > 0u; s >>= 1u) {
+            if (lid < 128u && i < s) {
+                norm_sums[lid] = dw_add(norm_sums[lid], norm_sums[lid + s]);
+            }
+            workgroupBarrier();
         }
-        workgroupBarrier();
     }
     // Thread lid rotates pairs lid % 128 (, + 128 ...) of the query (lid < 128) or the key.
     let key = lid >= 128u;
@@ -134,15 +143,21 @@ fn norm_rope_qk(t: u32, h: u32, kv_head: u32, live: bool, lid: u32) {
             a = j;
             b = j + p.half_rot;
         }
-        let x0 = normed[base + a] * inv * norm_weight(key, a);
-        let x1 = normed[base + b] * inv * norm_weight(key, b);
+        var x0 = normed[base + a];
+        var x1 = normed[base + b];
+        if (normed_too) {
+            x0 = x0 * inv * norm_weight(key, a);
+            x1 = x1 * inv * norm_weight(key, b);
+        }
         let c = bitcast<f32>(aux[p.rope_at + 2u * (t * p.half_rot + j)]);
         let s = bitcast<f32>(aux[p.rope_at + 2u * (t * p.half_rot + j) + 1u]);
         normed[base + a] = keep(x0 * c) - keep(x1 * s);
         normed[base + b] = keep(x0 * s) + keep(x1 * c);
     }
-    for (var d = 2u * p.half_rot + lid % 128u; d < hd; d += 128u) {
-        normed[base + d] = normed[base + d] * inv * norm_weight(key, d);
+    if (normed_too) {
+        for (var d = 2u * p.half_rot + lid % 128u; d < hd; d += 128u) {
+            normed[base + d] = normed[base + d] * inv * norm_weight(key, d);
+        }
     }
     workgroupBarrier();
 }

@@ -21,7 +21,8 @@ struct AttnParams {
     q8: u32,       // attention: 1: also write the output as Q8_0 blocks to `oq`
     q8_scales: u32, // attention: first word of the block scales in `oq`
     own_kv: u32,    // attention: 1: write each token's own key and value (see attention.wgsl)
-    qk_norm: u32,   // attention (own_kv only): 1: QK-norm and RoPE of q and k here (`norm_rope_qk`)
+    qk_norm: u32,   // attention (own_kv only): 1: QK-norm and RoPE of q and k here, 2: RoPE
+                    // alone (`norm_rope_qk`)
     half_rot: u32,  // ... n_rot / 2
     neox: u32,      // ... 1: pairs (i, i + half_rot); 0: pairs (2i, 2i + 1)
     eps: f32,       // ... the norm's epsilon
