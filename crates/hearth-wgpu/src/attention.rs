@@ -105,13 +105,25 @@ pub(crate) struct FusedQk<'a> {
     pub eps: f32,
 }
 
-/// How `attention` runs a batch: (the single kernel, not the split one; the single kernel
-/// writing the step's own keys and values, a decode step).
-pub(crate) fn plan(batch: &AttnBatch, p: &AttnParams, n_tokens: usize) -> (bool, bool) {
+/// How `attention` runs a batch.
+pub(crate) struct Plan {
+    /// Chunks of SPLIT_CHUNK positions the split kernels would take per (token, head).
+    n_chunks: usize,
+    /// The single kernel, not the split ones.
+    single_kernel: bool,
+    /// The single kernel writes the step's own keys and values (a decode step).
+    pub own_kv: bool,
+}
+
+pub(crate) fn plan(batch: &AttnBatch, p: &AttnParams, n_tokens: usize) -> Plan {
     let n_chunks = longest_span(batch, p.window).div_ceil(SPLIT_CHUNK);
     let single_kernel = n_tokens > SPLIT_MAX_TOKENS || n_chunks < SPLIT_MIN_CHUNKS;
     let own_kv = single_kernel && batch.seqs.iter().all(|s| s.n_tokens <= 1);
-    (single_kernel, own_kv)
+    Plan {
+        n_chunks,
+        single_kernel,
+        own_kv,
+    }
 }
 
 /// See [`hearth_backend::Backend::attention`]; with `fused` (only where `plan` says own_kv),
@@ -182,7 +194,11 @@ pub(crate) fn attention(
         0, // eps
         0, // rope_at
     ];
-    let (single_kernel, own_kv) = plan(batch, p, n);
+    let Plan {
+        n_chunks,
+        single_kernel,
+        own_kv,
+    } = plan(batch, p, n);
     check(fused.is_none() || own_kv, || {
         "the attention kernel norms and rotates q and k only in a decode step".to_string()
     })?;
@@ -196,7 +212,6 @@ pub(crate) fn attention(
     }
     let aux = words(&aux);
     let (kc, vc) = &cache.layers[layer];
-    let n_chunks = longest_span(batch, p.window).div_ceil(SPLIT_CHUNK);
     // NOTE: as the norms in front of projections do (see `rms_norm_copy`), the attention
     // kernel also writes its output as Q8_0 blocks for the o projection once a Q8_0 matmul
     // has been seen: a quantize dispatch fewer per layer. Whole heads are whole blocks.

@@ -754,7 +754,7 @@ impl Backend for WgpuBackend {
         let head_dim = params.head_dim;
         let fits = |w: &WgpuWeight| w.rows == 1 && w.cols == head_dim;
         let norms_fit = norms.is_none_or(|(qn, kn)| fits(qn) && fits(kn));
-        let (_, own_kv) = crate::attention::plan(batch, params, q.rows);
+        let own_kv = crate::attention::plan(batch, params, q.rows).own_kv;
         if norms_fit && own_kv && head_dim <= 256 && rope.n_rot <= head_dim {
             check_rope(q, rows, head_dim, rope)?;
             check_rope(k, rows, head_dim, rope)?;

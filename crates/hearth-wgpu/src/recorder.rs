@@ -349,7 +349,8 @@ impl Recorder {
         }
         self.n_dispatches = 0;
         self.batch += 1;
-        // A read-back, or the caller's next dispatch sets the limit (see FIRST_BATCH).
+        // A read-back starts the next step's batches small again (see FIRST_BATCH);
+        // `dispatch`, which submits a full batch, then sets the doubled limit itself.
         self.batch_limit = FIRST_BATCH.min(self.submit_every);
         if self.batch.is_multiple_of(GROUP_TTL) {
             let batch = self.batch;

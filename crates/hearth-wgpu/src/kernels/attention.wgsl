@@ -55,7 +55,8 @@ var<workgroup> own_k: array<u32, 128>;
 var<workgroup> own_v: array<u32, 128>;
 
 // Word w of the token's own value (see above), for attention_common.wgsl's `add_values`
-// (which this kernel does not call: `stage` puts the own words in the tile).
+// (which this kernel does not call: `partial_score` and `add_tile_values` read own_k and
+// own_v themselves).
 fn own_value_word(w: u32) -> u32 {
     return own_v[w];
 }
@@ -134,25 +135,23 @@ fn norm_rope_qk(t: u32, h: u32, kv_head: u32, live: bool, lid: u32) {
     // Thread lid rotates pairs lid % 128 (, + 128 ...) of the query (lid < 128) or the key.
     let key = lid >= 128u;
     let base = select(0u, 256u, key);
-    let mean = dw_div_rn(norm_sums[select(0u, 64u, key)], f32(hd));
-    let inv = div_rn(1.0, sqrt_rn(mean + p.eps));
+    var inv = 1.0;
+    if (normed_too) {
+        inv = inv_rms_of(norm_sums[select(0u, 64u, key)], f32(hd), p.eps);
+    }
     for (var j = lid % 128u; j < p.half_rot; j += 128u) {
-        var a = 2u * j;
-        var b = a + 1u;
-        if (p.neox != 0u) {
-            a = j;
-            b = j + p.half_rot;
-        }
-        var x0 = normed[base + a];
-        var x1 = normed[base + b];
+        let ab = base + rope_pair(j, p.half_rot, p.neox != 0u);
+        var x0 = normed[ab.x];
+        var x1 = normed[ab.y];
         if (normed_too) {
-            x0 = x0 * inv * norm_weight(key, a);
-            x1 = x1 * inv * norm_weight(key, b);
+            x0 = x0 * inv * norm_weight(key, ab.x - base);
+            x1 = x1 * inv * norm_weight(key, ab.y - base);
         }
         let c = bitcast<f32>(aux[p.rope_at + 2u * (t * p.half_rot + j)]);
         let s = bitcast<f32>(aux[p.rope_at + 2u * (t * p.half_rot + j) + 1u]);
-        normed[base + a] = keep(x0 * c) - keep(x1 * s);
-        normed[base + b] = keep(x0 * s) + keep(x1 * c);
+        let r = rotate(x0, x1, c, s);
+        normed[ab.x] = r.x;
+        normed[ab.y] = r.y;
     }
     if (normed_too) {
         for (var d = 2u * p.half_rot + lid % 128u; d < hd; d += 128u) {

@@ -61,3 +61,9 @@ fn dw_div_rn(s: vec2<f32>, n: f32) -> f32 {
     let r = fma_rn(-q, n, s.x);
     return q + div_rn(r + s.y, n);
 }
+
+// RMSNorm's 1 / sqrt(mean + eps), from the double-word sum of the squares of n values: the
+// mean rounded as above, then one IEEE step each, as the CPU computes it.
+fn inv_rms_of(sum: vec2<f32>, n: f32, eps: f32) -> f32 {
+    return div_rn(1.0, sqrt_rn(dw_div_rn(sum, n) + eps));
+}

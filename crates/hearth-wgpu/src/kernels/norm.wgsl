@@ -87,8 +87,7 @@ fn inv_rms(base: u32, live: bool, lid: u32, src: u32, threads: u32) -> f32 {
         }
         workgroupBarrier();
     }
-    let mean = dw_div_rn(sums[0], f32(p.group));
-    return div_rn(1.0, sqrt_rn(mean + p.eps));
+    return inv_rms_of(sums[0], f32(p.group), p.eps);
 }
 
 fn norm_group(g: u32, lid: u32, src: u32) {
@@ -202,18 +201,12 @@ fn norm_rope_group(g: u32, live: bool, heads: u32, lid: u32, src: u32) {
     let t = g / heads;
     // Each thread reads the values it writes, so no barrier is needed between the two.
     for (var k = lid; k < p.half; k += 64u) {
-        var a = 2u * k;
-        var b = a + 1u;
-        if (p.neox != 0u) {
-            a = k;
-            b = k + p.half;
-        }
-        let x0 = input(base + a, src) * inv * weight(a, src);
-        let x1 = input(base + b, src) * inv * weight(b, src);
-        let c = aux[2u * (t * p.half + k)];
-        let s = aux[2u * (t * p.half + k) + 1u];
-        store(base + a, keep(x0 * c) - keep(x1 * s), src);
-        store(base + b, keep(x0 * s) + keep(x1 * c), src);
+        let ab = rope_pair(k, p.half, p.neox != 0u);
+        let x0 = input(base + ab.x, src) * inv * weight(ab.x, src);
+        let x1 = input(base + ab.y, src) * inv * weight(ab.y, src);
+        let r = rotate(x0, x1, aux[2u * (t * p.half + k)], aux[2u * (t * p.half + k) + 1u]);
+        store(base + ab.x, r.x, src);
+        store(base + ab.y, r.y, src);
     }
     for (var i = 2u * p.half + lid; i < p.group; i += 64u) {
         store(base + i, input(base + i, src) * inv * weight(i, src), src);

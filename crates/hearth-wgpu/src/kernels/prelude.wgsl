@@ -43,3 +43,17 @@ fn pack_f16(a: f32, b: f32) -> u32 {
 fn keep(v: f32) -> f32 {
     return bitcast<f32>(bitcast<u32>(v) | p.zero);
 }
+
+// Rope's pair j of a head: offsets (2j, 2j + 1), or (j, j + half) for NeoX.
+fn rope_pair(j: u32, half: u32, neox: bool) -> vec2<u32> {
+    if (neox) {
+        return vec2<u32>(j, j + half);
+    }
+    return vec2<u32>(2u * j, 2u * j + 1u);
+}
+
+// (x0, x1) rotated by the angle of cosine c and sine s, each product rounded on its own as the
+// CPU rounds it (see `keep`). Every kernel that rotates calls this, so they share their bits.
+fn rotate(x0: f32, x1: f32, c: f32, s: f32) -> vec2<f32> {
+    return vec2<f32>(keep(x0 * c) - keep(x1 * s), keep(x0 * s) + keep(x1 * c));
+}

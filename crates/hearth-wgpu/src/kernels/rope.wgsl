@@ -27,16 +27,8 @@ fn rope(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let h = (i % per_token) / p.half;
     let k = i % p.half;
     let base = t * p.cols + h * p.head_dim;
-    var a = base + 2u * k;
-    var b = a + 1u;
-    if (p.neox != 0u) {
-        a = base + k;
-        b = a + p.half;
-    }
-    let c = cs[2u * (t * p.half + k)];
-    let s = cs[2u * (t * p.half + k) + 1u];
-    let x0 = x[a];
-    let x1 = x[b];
-    x[a] = keep(x0 * c) - keep(x1 * s);
-    x[b] = keep(x0 * s) + keep(x1 * c);
+    let ab = base + rope_pair(k, p.half, p.neox != 0u);
+    let r = rotate(x[ab.x], x[ab.y], cs[2u * (t * p.half + k)], cs[2u * (t * p.half + k) + 1u]);
+    x[ab.x] = r.x;
+    x[ab.y] = r.y;
 }
