@@ -17,6 +17,8 @@ cargo test --workspace --locked --no-fail-fast "$@"
 if [[ "${HEARTH_REQUIRE_WGPU:-}" == 1 ]]; then
     HEARTH_TEST_DEVICE=wgpu cargo test -p hearth-engine --test golden_models --locked \
         -- qwen3_tiny_f16 qwen3_tiny_q8_0_logits smollm2_logits
+    HEARTH_TEST_DEVICE=wgpu cargo test -p hearth-engine --test mlx_folder --locked \
+        -- matches_transformers
 else
     echo "skipping the golden model tests on wgpu: no Vulkan driver (see scripts/setup-lavapipe.sh)"
 fi

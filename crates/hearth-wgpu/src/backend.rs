@@ -244,6 +244,9 @@ impl WgpuBackend {
     ) -> Result<(), BackendError> {
         let x = inputs.x;
         check_matmul(w, x, out)?;
+        if let Some(spec) = &w.mlx {
+            return self.matmul_mlx(w, spec, x, out, accumulate);
+        }
         let epilogue = if accumulate {
             Epilogue::Add
         } else {
@@ -395,11 +398,7 @@ impl Backend for WgpuBackend {
 
     fn load_weight(&self, w: HostWeight) -> Result<WgpuWeight, BackendError> {
         if w.mlx.is_some() {
-            return Err(BackendError::Unsupported(format!(
-                "tensor '{}': MLX affine-quantized weights are not supported by the wgpu \
-                 backend yet (use --device cpu)",
-                w.name
-            )));
+            return self.load_mlx(w);
         }
         if w.rows == 1 {
             // Vectors (norm weights) are read as f32 by the element-wise kernels.
@@ -418,6 +417,7 @@ impl Backend for WgpuBackend {
                 rows: 1,
                 cols: w.cols,
                 row_bytes: 4 * w.cols,
+                mlx: None,
             });
         }
         self.load_matrix(w)
@@ -487,6 +487,9 @@ impl Backend for WgpuBackend {
                 "token {bad} is outside the {} rows of '{}'",
                 table.rows, table.name
             )));
+        }
+        if let Some(spec) = &table.mlx {
+            return self.embed_mlx(table, spec, tokens, out);
         }
         let ids = words(tokens);
         let n = tokens.len() * table.cols;

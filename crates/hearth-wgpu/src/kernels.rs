@@ -27,6 +27,9 @@ const ROPE: &str = include_str!("kernels/rope.wgsl");
 const ATTENTION_COMMON: &str = include_str!("kernels/attention_common.wgsl");
 const ATTENTION: &str = include_str!("kernels/attention.wgsl");
 const ATTENTION_SPLIT: &str = include_str!("kernels/attention_split.wgsl");
+const MLX_COMMON: &str = include_str!("kernels/mlx_common.wgsl");
+const MLX_MATMUL: &str = include_str!("kernels/mlx_matmul.wgsl");
+const MLX_EMBED: &str = include_str!("kernels/mlx_embed.wgsl");
 
 /// Weight types the matmul and embed kernels read.
 pub const WEIGHT_TYPES: &[GgmlType] = &[
@@ -67,6 +70,11 @@ pub enum Module {
     /// Activation quantization to Q8_0 / Q8_K blocks for `MatmulInt8`.
     Quantize,
     Embed(GgmlType),
+    /// The matmul of an MLX affine-quantized weight: bits (4 or 8) and group size (see
+    /// `mlx.rs`).
+    MatmulMlx(u32, u32),
+    /// Rows of an MLX affine-quantized embedding table, any bits.
+    EmbedMlx,
     /// The modules below divide, take square roots or exp with exact.wgsl, whose corrections
     /// use the device's `fma` (`true`) or fma.wgsl's exact one, as `MatmulInt8`.
     Elementwise(bool),
@@ -103,7 +111,11 @@ impl Module {
             }));
         }
         all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
-        all.extend([Module::Quantize, Module::Rope]);
+        all.extend([Module::Quantize, Module::Rope, Module::EmbedMlx]);
+        for bits in hearth_quant::MlxSpec::BITS {
+            let sizes = hearth_quant::MlxSpec::GROUP_SIZES;
+            all.extend(sizes.map(|gs| Module::MatmulMlx(bits, gs as u32)));
+        }
         for native_fma in [false, true] {
             all.extend([
                 Module::Elementwise(native_fma),
@@ -121,7 +133,9 @@ impl Module {
             Module::Matmul(..)
             | Module::MatmulInt8(..)
             | Module::MatmulInt8Glu(..)
-            | Module::Embed(_) => &[R, R, RW, R],
+            | Module::Embed(_)
+            | Module::MatmulMlx(..)
+            | Module::EmbedMlx => &[R, R, RW, R],
             Module::MatmulInt8Qkv(..) => &[R, R, RW, RW, RW, R],
             Module::Elementwise(_) => &[RW, R, R, R],
             Module::Norm(_) => &[RW, R, R, R, RW, RW, R],
@@ -141,6 +155,13 @@ impl Module {
             Module::MatmulInt8Qkv(t, native_fma) => int8_source(t, native_fma, MATMUL_INT8_QKV),
             Module::MatmulInt8Glu(t, native_fma) => int8_source(t, native_fma, MATMUL_INT8_GLU),
             Module::Embed(t) => weight_source(&[EMBED], t),
+            Module::MatmulMlx(bits, group_size) => format!(
+                "{PRELUDE}\n{DEQUANT}\n{MLX_COMMON}\n{}",
+                MLX_MATMUL
+                    .replace("BITS", &format!("{bits}u"))
+                    .replace("GS", &format!("{group_size}u"))
+            ),
+            Module::EmbedMlx => format!("{PRELUDE}\n{DEQUANT}\n{MLX_COMMON}\n{MLX_EMBED}"),
             Module::Quantize => format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{QUANTIZE}"),
             Module::Rope => format!("{PRELUDE}\n{ROPE}"),
             Module::Elementwise(f) => with_exact(f, &[ELEMENTWISE]),

@@ -19,6 +19,7 @@ mod device;
 mod fma_probe;
 mod int8;
 pub mod kernels;
+mod mlx;
 mod norm;
 mod pool;
 mod profile;

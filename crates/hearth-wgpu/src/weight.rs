@@ -23,7 +23,7 @@
 use std::ops::Range;
 
 use hearth_backend::{Backend, BackendError, HostWeight};
-use hearth_quant::GgmlType;
+use hearth_quant::{GgmlType, MlxSpec};
 
 use crate::backend::WgpuBackend;
 use crate::kernels::{block_reader, int8_reader};
@@ -39,8 +39,11 @@ pub struct WgpuWeight {
     /// `[rows, cols]`, as in the file.
     pub(crate) rows: usize,
     pub(crate) cols: usize,
-    /// Bytes of one row of blocks.
+    /// Bytes of one row of blocks (for an MLX weight: packed values, scales and biases).
     pub(crate) row_bytes: usize,
+    /// Set for an MLX affine-quantized weight (`ty` is then I32; rows laid out as `mlx.rs`
+    /// describes).
+    pub(crate) mlx: Option<MlxSpec>,
 }
 
 /// Rows `rows` of a weight: bytes `offset ..` of `buf`, whole or (for a weight of a group,
@@ -215,6 +218,7 @@ impl WgpuBackend {
                 rows: w.rows,
                 cols: w.cols,
                 row_bytes,
+                mlx: None,
             })
             .collect())
     }
@@ -238,8 +242,28 @@ impl WgpuBackend {
     /// Check a matrix weight's bytes against its type and shape and upload it in parts.
     pub(crate) fn load_matrix(&self, w: HostWeight) -> Result<WgpuWeight, BackendError> {
         let row_bytes = checked_row_bytes(&w)?;
-        let bytes = w.data.bytes();
-        let plan = plan_parts(&w.name, w.rows, row_bytes, self.weight_part_limit)?;
+        let parts = self.upload_rows(&w.name, w.data.bytes(), w.rows, row_bytes)?;
+        Ok(WgpuWeight {
+            parts,
+            name: w.name,
+            ty: w.ty,
+            rows: w.rows,
+            cols: w.cols,
+            row_bytes,
+            mlx: None,
+        })
+    }
+
+    /// `rows` rows of `row_bytes` bytes each, uploaded in parts of whole rows (see the module
+    /// note); an error names tensor `name` where device memory is short.
+    pub(crate) fn upload_rows(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        rows: usize,
+        row_bytes: usize,
+    ) -> Result<Vec<WeightPart>, BackendError> {
+        let plan = plan_parts(name, rows, row_bytes, self.weight_part_limit)?;
         let mut parts = Vec::with_capacity(plan.len());
         // NOTE: parts are buffers of their own, so no single limit caps a weight's total: the
         // device's memory does, and running out of it is an error about this tensor rather
@@ -248,7 +272,7 @@ impl WgpuBackend {
         device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let uploaded = plan.into_iter().try_for_each(|rows| {
             let part = &bytes[rows.start * row_bytes..rows.end * row_bytes];
-            let buf = self.init_buffer(&w.name, part)?;
+            let buf = self.init_buffer(name, part)?;
             parts.push(WeightPart::whole(buf, rows));
             Ok::<(), BackendError>(())
         });
@@ -256,20 +280,12 @@ impl WgpuBackend {
         uploaded?;
         if let Some(e) = oom {
             return Err(BackendError::Device(format!(
-                "tensor '{}': {} bytes in {} part(s) do not fit in device memory: {e}",
-                w.name,
+                "tensor '{name}': {} bytes in {} part(s) do not fit in device memory: {e}",
                 bytes.len(),
                 parts.len()
             )));
         }
-        Ok(WgpuWeight {
-            parts,
-            name: w.name,
-            ty: w.ty,
-            rows: w.rows,
-            cols: w.cols,
-            row_bytes,
-        })
+        Ok(parts)
     }
 }
 

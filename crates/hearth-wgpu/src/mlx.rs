@@ -1,0 +1,212 @@
+//! MLX affine-quantized weights (the mlx-community checkpoint layout) on the device.
+//!
+//! A weight keeps its packed values, and its scales and biases in their own type (f16, bf16
+//! or f32), one row after another so that a weight split by rows keeps each row's groups with
+//! it (kernels/mlx_common.wgsl):
+//!
+//! ```text
+//!  row r:  packed values (cols·bits/8 bytes) │ scales (padded to 4 bytes) │ biases (padded)
+//! ```
+//!
+//! The matmul (kernels/mlx_matmul.wgsl) and the embedding lookup give the CPU backend's bits:
+//! the same products, rounded on their own, added in the same order.
+
+use hearth_backend::{BackendError, HostWeight};
+use hearth_quant::{GgmlType, MlxSpec};
+
+use crate::backend::{words, WgpuBackend, WgpuTensor};
+use crate::kernels::Module;
+use crate::recorder::{Bind, Grid};
+use crate::weight::WgpuWeight;
+
+/// Tokens per workgroup of the matmul (`TILE` in mlx_matmul.wgsl).
+const TILE: usize = 4;
+/// (row, group) jobs a pass of one workgroup holds (`JOBS` in mlx_matmul.wgsl).
+const JOBS: usize = 256;
+/// Threads per workgroup.
+const WG: usize = 64;
+
+/// Where a row's parts start and how long it is: `(scales_at, biases_at, row_bytes)`.
+fn row_layout(spec: &MlxSpec, cols: usize) -> (usize, usize, usize) {
+    let packed = spec.packed_row_bytes(cols);
+    let size = if spec.scale_ty == GgmlType::F32 { 4 } else { 2 };
+    let table = (cols / spec.group_size * size).next_multiple_of(4);
+    (packed, packed + table, packed + 2 * table)
+}
+
+/// The kernels' code for a scale type (`scale_kind` in mlx_common.wgsl).
+fn scale_kind(ty: GgmlType) -> u32 {
+    match ty {
+        GgmlType::BF16 => 1,
+        GgmlType::F32 => 2,
+        _ => 0,
+    }
+}
+
+/// Rows per workgroup: about one (row, group) job per thread, at most 16 rows (the threads
+/// that add the terms, one per row and token of the tile, are 64).
+fn rows_per_workgroup(groups: usize) -> usize {
+    (WG / groups.max(1)).clamp(1, WG / TILE)
+}
+
+/// The 16 parameter words of the MLX kernels (`MlxParams`).
+fn params(w: &WgpuWeight, spec: &MlxSpec, n_tokens: usize, accumulate: bool) -> [u32; 16] {
+    let (scales_at, biases_at, _) = row_layout(spec, w.cols);
+    let groups = w.cols / spec.group_size;
+    let per_wg = rows_per_workgroup(groups);
+    [
+        w.rows as u32,
+        w.cols as u32,
+        n_tokens as u32,
+        w.row_bytes as u32,
+        accumulate as u32,
+        0, // row0: set per part
+        0, // part_rows: set per part
+        0, // zero
+        spec.group_size as u32,
+        scale_kind(spec.scale_ty),
+        scales_at as u32,
+        biases_at as u32,
+        spec.bits,
+        per_wg as u32,
+        groups.min(JOBS / per_wg) as u32,
+        0,
+    ]
+}
+
+impl WgpuBackend {
+    /// Check an MLX weight's tensors against its shape and upload it in the row layout above.
+    pub(crate) fn load_mlx(&self, w: HostWeight) -> Result<WgpuWeight, BackendError> {
+        let bad = |reason: String| BackendError::BadWeight {
+            name: w.name.clone(),
+            reason,
+        };
+        let Some(groups) = &w.mlx else {
+            return Err(bad("not an MLX weight".into()));
+        };
+        let m = groups.matrix(w.data.bytes(), w.rows, w.cols).map_err(bad)?;
+        let spec = m.spec;
+        let (scales_at, biases_at, row_bytes) = row_layout(&spec, w.cols);
+        let packed = spec.packed_row_bytes(w.cols);
+        let table = m.scales.len() / w.rows.max(1);
+        let mut host = vec![0u8; w.rows * row_bytes];
+        for (r, row) in host.chunks_exact_mut(row_bytes).enumerate() {
+            row[..packed].copy_from_slice(&m.packed[r * packed..][..packed]);
+            row[scales_at..][..table].copy_from_slice(&m.scales[r * table..][..table]);
+            row[biases_at..][..table].copy_from_slice(&m.biases[r * table..][..table]);
+        }
+        let parts = self.upload_rows(&w.name, &host, w.rows, row_bytes)?;
+        Ok(WgpuWeight {
+            parts,
+            name: w.name,
+            ty: w.ty,
+            rows: w.rows,
+            cols: w.cols,
+            row_bytes,
+            mlx: Some(spec),
+        })
+    }
+
+    /// `out (+)= W · x` for an MLX weight: one dispatch per part, each of one workgroup per
+    /// (rows of the part, tile of 4 tokens).
+    pub(crate) fn matmul_mlx(
+        &self,
+        w: &WgpuWeight,
+        spec: &MlxSpec,
+        x: &WgpuTensor,
+        out: &mut WgpuTensor,
+        accumulate: bool,
+    ) -> Result<(), BackendError> {
+        let mut p = params(w, spec, x.rows, accumulate);
+        let per_wg = p[13] as usize;
+        let y = out.written();
+        let mut rec = self.recorder();
+        for part in &w.parts {
+            (p[5], p[6]) = (part.rows.start as u32, part.rows.len() as u32);
+            let bytes = words(&p);
+            let binds = [
+                part.bind(),
+                Bind::Buffer(&x.buf),
+                Bind::Buffer(y),
+                Bind::Host(&bytes),
+            ];
+            let grid = Grid::Groups(part.rows.len().div_ceil(per_wg) * x.rows.div_ceil(TILE));
+            rec.dispatch(
+                &self.gpu,
+                Module::MatmulMlx(spec.bits, spec.group_size as u32),
+                "matmul_mlx",
+                &binds,
+                grid,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Rows `tokens` of an MLX embedding table into `out` (shapes checked by the caller).
+    pub(crate) fn embed_mlx(
+        &self,
+        table: &WgpuWeight,
+        spec: &MlxSpec,
+        tokens: &[u32],
+        out: &mut WgpuTensor,
+    ) -> Result<(), BackendError> {
+        let ids = words(tokens);
+        let mut p = params(table, spec, tokens.len(), false);
+        let out = out.written();
+        let mut rec = self.recorder();
+        // One dispatch per part that holds one of the tokens' rows; each writes those rows.
+        for part in &table.parts {
+            let rows = &part.rows;
+            if !tokens.iter().any(|&t| rows.contains(&(t as usize))) {
+                continue;
+            }
+            (p[5], p[6]) = (rows.start as u32, rows.len() as u32);
+            let bytes = words(&p);
+            let binds = [
+                part.bind(),
+                Bind::Host(&ids),
+                Bind::Buffer(out),
+                Bind::Host(&bytes),
+            ];
+            let n = tokens.len() * table.cols;
+            rec.dispatch(
+                &self.gpu,
+                Module::EmbedMlx,
+                "embed_mlx",
+                &binds,
+                Grid::Threads(n),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_keep_their_groups_at_word_offsets() {
+        let spec = |bits, group_size, scale_ty| MlxSpec {
+            bits,
+            group_size,
+            scale_ty,
+        };
+        // 96 columns of 4 bits in groups of 32: 48 packed bytes, 3 f16 scales (6 bytes,
+        // padded to 8), 3 biases.
+        assert_eq!(row_layout(&spec(4, 32, GgmlType::F16), 96), (48, 56, 64));
+        // 8 bits, groups of 128, f32: 1024 bytes, 8 scales of 4 bytes.
+        assert_eq!(
+            row_layout(&spec(8, 128, GgmlType::F32), 1024),
+            (1024, 1056, 1088)
+        );
+    }
+
+    #[test]
+    fn workgroups_hold_one_job_per_thread_where_rows_are_short() {
+        assert_eq!(rows_per_workgroup(16), 4); // 1024 columns in groups of 64
+        assert_eq!(rows_per_workgroup(48), 1);
+        assert_eq!(rows_per_workgroup(1), 16);
+        assert_eq!(rows_per_workgroup(1000), 1);
+    }
+}
