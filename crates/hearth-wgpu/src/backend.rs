@@ -351,6 +351,40 @@ impl WgpuBackend {
     }
 }
 
+impl WgpuBackend {
+    /// Rows `tokens` of `table` into `out` through entry point `entry`: one dispatch per part
+    /// that holds one of the tokens' rows (each writes those rows), with the parameter bytes
+    /// `params` makes for the part's rows.
+    pub(crate) fn embed_parts(
+        &self,
+        table: &WgpuWeight,
+        tokens: &[u32],
+        out: &mut WgpuTensor,
+        (module, entry): (Module, &'static str),
+        params: impl Fn(&std::ops::Range<usize>) -> Vec<u8>,
+    ) -> Result<(), BackendError> {
+        let ids = words(tokens);
+        let n = tokens.len() * table.cols;
+        let out = out.written();
+        let mut rec = self.recorder();
+        for part in &table.parts {
+            let rows = &part.rows;
+            if !tokens.iter().any(|&t| rows.contains(&(t as usize))) {
+                continue;
+            }
+            let params = params(rows);
+            let binds = [
+                part.bind(),
+                Bind::Host(&ids),
+                Bind::Buffer(out),
+                Bind::Host(&params),
+            ];
+            rec.dispatch(&self.gpu, module, entry, &binds, Grid::Threads(n))?;
+        }
+        Ok(())
+    }
+}
+
 /// An error unless `out = w · x` has matching shapes.
 fn check_matmul(w: &WgpuWeight, x: &WgpuTensor, out: &WgpuTensor) -> Result<(), BackendError> {
     check(
@@ -491,18 +525,9 @@ impl Backend for WgpuBackend {
         if let Some(spec) = &table.mlx {
             return self.embed_mlx(table, spec, tokens, out);
         }
-        let ids = words(tokens);
-        let n = tokens.len() * table.cols;
-        let module = Module::Embed(table.ty);
-        let out = out.written();
-        let mut rec = self.recorder();
-        // One dispatch per part that holds one of the tokens' rows; each writes those rows.
-        for part in &table.parts {
-            let rows = &part.rows;
-            if !tokens.iter().any(|&t| rows.contains(&(t as usize))) {
-                continue;
-            }
-            let params = words(&[
+        let entry = (Module::Embed(table.ty), "embed");
+        self.embed_parts(table, tokens, out, entry, |rows| {
+            words(&[
                 table.cols as u32,
                 tokens.len() as u32,
                 table.row_bytes as u32,
@@ -511,16 +536,8 @@ impl Backend for WgpuBackend {
                 0,
                 0,
                 0,
-            ]);
-            let binds = [
-                part.bind(),
-                Bind::Host(&ids),
-                Bind::Buffer(out),
-                Bind::Host(&params),
-            ];
-            rec.dispatch(&self.gpu, module, "embed", &binds, Grid::Threads(n))?;
-        }
-        Ok(())
+            ])
+        })
     }
 
     fn matmul(

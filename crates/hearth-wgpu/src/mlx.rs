@@ -150,34 +150,13 @@ impl WgpuBackend {
         tokens: &[u32],
         out: &mut WgpuTensor,
     ) -> Result<(), BackendError> {
-        let ids = words(tokens);
-        let mut p = params(table, spec, tokens.len(), false);
-        let out = out.written();
-        let mut rec = self.recorder();
-        // One dispatch per part that holds one of the tokens' rows; each writes those rows.
-        for part in &table.parts {
-            let rows = &part.rows;
-            if !tokens.iter().any(|&t| rows.contains(&(t as usize))) {
-                continue;
-            }
+        let p = params(table, spec, tokens.len(), false);
+        let entry = (Module::EmbedMlx, "embed_mlx");
+        self.embed_parts(table, tokens, out, entry, |rows| {
+            let mut p = p;
             (p[5], p[6]) = (rows.start as u32, rows.len() as u32);
-            let bytes = words(&p);
-            let binds = [
-                part.bind(),
-                Bind::Host(&ids),
-                Bind::Buffer(out),
-                Bind::Host(&bytes),
-            ];
-            let n = tokens.len() * table.cols;
-            rec.dispatch(
-                &self.gpu,
-                Module::EmbedMlx,
-                "embed_mlx",
-                &binds,
-                Grid::Threads(n),
-            )?;
-        }
-        Ok(())
+            words(&p)
+        })
     }
 }
 
