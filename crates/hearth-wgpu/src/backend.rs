@@ -564,6 +564,9 @@ impl Backend for WgpuBackend {
         if self
             .matmul_int8_qkv(w, &mut inputs, [&mut *o0, &mut *o1, &mut *o2])?
             .is_some()
+            || self
+                .matmul_mlx_qkv(w, x, [&mut *o0, &mut *o1, &mut *o2])?
+                .is_some()
         {
             return Ok(());
         }
@@ -582,6 +585,13 @@ impl Backend for WgpuBackend {
         out: &mut WgpuTensor,
     ) -> Result<(), BackendError> {
         let mut inputs = Inputs::new(x);
+        if act == Activation::Silu {
+            check_matmul(gate, x, out)?;
+            check_matmul(up, x, out)?;
+            if self.matmul_mlx_glu(gate, up, x, out)?.is_some() {
+                return Ok(());
+            }
+        }
         let fused = act == Activation::Silu
             && int8_reader(gate.ty).is_some()
             && int8_reader(up.ty).is_some()

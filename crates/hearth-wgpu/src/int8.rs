@@ -355,10 +355,10 @@ impl WgpuBackend {
     }
 }
 
-/// One binding over weights stored side by side in one buffer (a group of one type and width,
-/// see `WgpuBackend::load_group`), and the byte where each weight starts in it; `None` for
+/// One binding over weights stored side by side in one buffer (a group of one type, or MLX
+/// spec, and width, see `WgpuBackend::load_group`), and the byte where each weight starts in it; `None` for
 /// weights stored otherwise.
-fn side_by_side<'w>(ws: &[&'w WgpuWeight]) -> Option<(Bind<'w>, Vec<u64>)> {
+pub(crate) fn side_by_side<'w>(ws: &[&'w WgpuWeight]) -> Option<(Bind<'w>, Vec<u64>)> {
     let first = ws.first()?.parts.first()?;
     let mut end = first.offset;
     let mut bases = Vec::with_capacity(ws.len());
@@ -366,8 +366,9 @@ fn side_by_side<'w>(ws: &[&'w WgpuWeight]) -> Option<(Bind<'w>, Vec<u64>)> {
         let [part] = w.parts.as_slice() else {
             return None;
         };
-        let same =
-            part.buf == first.buf && (w.ty, w.cols) == (ws[0].ty, ws[0].cols) && part.offset >= end;
+        let same = part.buf == first.buf
+            && (w.ty, w.cols, w.mlx) == (ws[0].ty, ws[0].cols, ws[0].mlx)
+            && part.offset >= end;
         if !same {
             return None;
         }

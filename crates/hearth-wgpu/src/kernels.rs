@@ -28,7 +28,10 @@ const ATTENTION_COMMON: &str = include_str!("kernels/attention_common.wgsl");
 const ATTENTION: &str = include_str!("kernels/attention.wgsl");
 const ATTENTION_SPLIT: &str = include_str!("kernels/attention_split.wgsl");
 const MLX_COMMON: &str = include_str!("kernels/mlx_common.wgsl");
+const MLX_MATMUL_COMMON: &str = include_str!("kernels/mlx_matmul_common.wgsl");
 const MLX_MATMUL: &str = include_str!("kernels/mlx_matmul.wgsl");
+const MLX_MATMUL_QKV: &str = include_str!("kernels/mlx_matmul_qkv.wgsl");
+const MLX_MATMUL_GLU: &str = include_str!("kernels/mlx_matmul_glu.wgsl");
 const MLX_EMBED: &str = include_str!("kernels/mlx_embed.wgsl");
 
 /// Weight types the matmul and embed kernels read.
@@ -73,6 +76,11 @@ pub enum Module {
     /// The matmul of an MLX affine-quantized weight: bits (4 or 8) and group size (see
     /// `mlx.rs`).
     MatmulMlx(u32, u32),
+    /// `MatmulMlx` over two or three weights of a group (q, k, v) in one dispatch.
+    MatmulMlxQkv(u32, u32),
+    /// `MatmulMlx` over a gate and an up weight of a group, with the SwiGLU (whose exact
+    /// functions use the device's `fma` or not, as `Elementwise`).
+    MatmulMlxGlu(u32, u32, bool),
     /// Rows of an MLX affine-quantized embedding table, any bits.
     EmbedMlx,
     /// The modules below divide, take square roots or exp with exact.wgsl, whose corrections
@@ -113,8 +121,14 @@ impl Module {
         all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
         all.extend([Module::Quantize, Module::Rope, Module::EmbedMlx]);
         for bits in hearth_quant::MlxSpec::BITS {
-            let sizes = hearth_quant::MlxSpec::GROUP_SIZES;
-            all.extend(sizes.map(|gs| Module::MatmulMlx(bits, gs as u32)));
+            for gs in hearth_quant::MlxSpec::GROUP_SIZES.map(|gs| gs as u32) {
+                all.extend([
+                    Module::MatmulMlx(bits, gs),
+                    Module::MatmulMlxQkv(bits, gs),
+                    Module::MatmulMlxGlu(bits, gs, false),
+                    Module::MatmulMlxGlu(bits, gs, true),
+                ]);
+            }
         }
         for native_fma in [false, true] {
             all.extend([
@@ -135,8 +149,9 @@ impl Module {
             | Module::MatmulInt8Glu(..)
             | Module::Embed(_)
             | Module::MatmulMlx(..)
+            | Module::MatmulMlxGlu(..)
             | Module::EmbedMlx => &[R, R, RW, R],
-            Module::MatmulInt8Qkv(..) => &[R, R, RW, RW, RW, R],
+            Module::MatmulInt8Qkv(..) | Module::MatmulMlxQkv(..) => &[R, R, RW, RW, RW, R],
             Module::Elementwise(_) => &[RW, R, R, R],
             Module::Norm(_) => &[RW, R, R, R, RW, RW, R],
             Module::Rope => &[RW, R, R],
@@ -155,12 +170,11 @@ impl Module {
             Module::MatmulInt8Qkv(t, native_fma) => int8_source(t, native_fma, MATMUL_INT8_QKV),
             Module::MatmulInt8Glu(t, native_fma) => int8_source(t, native_fma, MATMUL_INT8_GLU),
             Module::Embed(t) => weight_source(&[EMBED], t),
-            Module::MatmulMlx(bits, group_size) => format!(
-                "{PRELUDE}\n{DEQUANT}\n{MLX_COMMON}\n{}",
-                MLX_MATMUL
-                    .replace("BITS", &format!("{bits}u"))
-                    .replace("GS", &format!("{group_size}u"))
-            ),
+            Module::MatmulMlx(bits, gs) => mlx_source(bits, gs, MLX_MATMUL, ""),
+            Module::MatmulMlxQkv(bits, gs) => mlx_source(bits, gs, MLX_MATMUL_QKV, ""),
+            Module::MatmulMlxGlu(bits, gs, f) => {
+                mlx_source(bits, gs, MLX_MATMUL_GLU, &exact_math(f))
+            }
             Module::EmbedMlx => format!("{PRELUDE}\n{DEQUANT}\n{MLX_COMMON}\n{MLX_EMBED}"),
             Module::Quantize => format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{QUANTIZE}"),
             Module::Rope => format!("{PRELUDE}\n{ROPE}"),
@@ -238,6 +252,15 @@ pub fn int8_reader(ty: GgmlType) -> Option<Int8Reader> {
         mins,
         act,
     })
+}
+
+/// An MLX matmul module: entry point file `entry` over mlx_matmul_common.wgsl for `bits`-bit
+/// values in groups of `gs`, with `extra` (functions the entry point needs).
+fn mlx_source(bits: u32, gs: u32, entry: &str, extra: &str) -> String {
+    let kernel = format!("{entry}\n{MLX_MATMUL_COMMON}")
+        .replace("BITS", &format!("{bits}u"))
+        .replace("GS", &format!("{gs}u"));
+    format!("{PRELUDE}\n{DEQUANT}\n{MLX_COMMON}\n{extra}\n{kernel}")
 }
 
 /// `fma_rn` as the device's own `fma`, for devices where the probe found it fused.

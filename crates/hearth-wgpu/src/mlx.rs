@@ -15,6 +15,7 @@ use hearth_backend::{BackendError, HostWeight};
 use hearth_quant::{GgmlType, MlxSpec};
 
 use crate::backend::{words, WgpuBackend, WgpuTensor};
+use crate::int8::side_by_side;
 use crate::kernels::Module;
 use crate::recorder::{Bind, Grid};
 use crate::weight::WgpuWeight;
@@ -34,6 +35,11 @@ fn row_layout(spec: &MlxSpec, cols: usize) -> (usize, usize, usize) {
     (packed, packed + table, packed + 2 * table)
 }
 
+/// Bytes of one row of an MLX weight of `cols` columns in the layout above.
+pub(crate) fn mlx_row_bytes(spec: &MlxSpec, cols: usize) -> usize {
+    row_layout(spec, cols).2
+}
+
 /// The kernels' code for a scale type (`scale_kind` in mlx_common.wgsl).
 fn scale_kind(ty: GgmlType) -> u32 {
     match ty {
@@ -49,8 +55,9 @@ fn rows_per_workgroup(groups: usize) -> usize {
     (WG / groups.max(1)).clamp(1, WG / TILE)
 }
 
-/// The 16 parameter words of the MLX kernels (`MlxParams`).
-fn params(w: &WgpuWeight, spec: &MlxSpec, n_tokens: usize, accumulate: bool) -> [u32; 16] {
+/// The 20 parameter words of the MLX kernels (`MlxParams`), for one weight; a group's other
+/// weights go in the last four.
+fn params(w: &WgpuWeight, spec: &MlxSpec, n_tokens: usize, accumulate: bool) -> [u32; 20] {
     let (scales_at, biases_at, _) = row_layout(spec, w.cols);
     let groups = w.cols / spec.group_size;
     let per_wg = rows_per_workgroup(groups);
@@ -71,30 +78,41 @@ fn params(w: &WgpuWeight, spec: &MlxSpec, n_tokens: usize, accumulate: bool) -> 
         per_wg as u32,
         groups.min(JOBS / per_wg) as u32,
         0,
+        0, // rows1
+        0, // rows2
+        0, // base1
+        0, // base2
     ]
+}
+
+/// An MLX weight's rows in the layout above, once its tensors are checked against its shape;
+/// the bytes of a row, and the weight's spec.
+pub(crate) fn mlx_rows(w: &HostWeight) -> Result<(Vec<u8>, usize, MlxSpec), BackendError> {
+    let bad = |reason: String| BackendError::BadWeight {
+        name: w.name.clone(),
+        reason,
+    };
+    let Some(groups) = &w.mlx else {
+        return Err(bad("not an MLX weight".into()));
+    };
+    let m = groups.matrix(w.data.bytes(), w.rows, w.cols).map_err(bad)?;
+    let spec = m.spec;
+    let (scales_at, biases_at, row_bytes) = row_layout(&spec, w.cols);
+    let packed = spec.packed_row_bytes(w.cols);
+    let table = m.scales.len() / w.rows.max(1);
+    let mut host = vec![0u8; w.rows * row_bytes];
+    for (r, row) in host.chunks_exact_mut(row_bytes).enumerate() {
+        row[..packed].copy_from_slice(&m.packed[r * packed..][..packed]);
+        row[scales_at..][..table].copy_from_slice(&m.scales[r * table..][..table]);
+        row[biases_at..][..table].copy_from_slice(&m.biases[r * table..][..table]);
+    }
+    Ok((host, row_bytes, spec))
 }
 
 impl WgpuBackend {
     /// Check an MLX weight's tensors against its shape and upload it in the row layout above.
     pub(crate) fn load_mlx(&self, w: HostWeight) -> Result<WgpuWeight, BackendError> {
-        let bad = |reason: String| BackendError::BadWeight {
-            name: w.name.clone(),
-            reason,
-        };
-        let Some(groups) = &w.mlx else {
-            return Err(bad("not an MLX weight".into()));
-        };
-        let m = groups.matrix(w.data.bytes(), w.rows, w.cols).map_err(bad)?;
-        let spec = m.spec;
-        let (scales_at, biases_at, row_bytes) = row_layout(&spec, w.cols);
-        let packed = spec.packed_row_bytes(w.cols);
-        let table = m.scales.len() / w.rows.max(1);
-        let mut host = vec![0u8; w.rows * row_bytes];
-        for (r, row) in host.chunks_exact_mut(row_bytes).enumerate() {
-            row[..packed].copy_from_slice(&m.packed[r * packed..][..packed]);
-            row[scales_at..][..table].copy_from_slice(&m.scales[r * table..][..table]);
-            row[biases_at..][..table].copy_from_slice(&m.biases[r * table..][..table]);
-        }
+        let (host, row_bytes, spec) = mlx_rows(&w)?;
         let parts = self.upload_rows(&w.name, &host, w.rows, row_bytes)?;
         Ok(WgpuWeight {
             parts,
@@ -140,6 +158,76 @@ impl WgpuBackend {
             )?;
         }
         Ok(())
+    }
+
+    /// `out[i] = W[i] · x` in one dispatch where the weights are MLX weights of one group side
+    /// by side (`Some(())`), else `None` and nothing is done. Shapes are checked by the caller.
+    pub(crate) fn matmul_mlx_qkv(
+        &self,
+        w: [&WgpuWeight; 3],
+        x: &WgpuTensor,
+        out: [&mut WgpuTensor; 3],
+    ) -> Result<Option<()>, BackendError> {
+        let (Some(spec), Some((binding, bases))) = (&w[0].mlx, side_by_side(&w)) else {
+            return Ok(None);
+        };
+        let mut p = params(w[0], spec, x.rows, false);
+        p[6] = w[0].rows as u32; // part_rows
+        (p[16], p[17]) = (w[1].rows as u32, w[2].rows as u32);
+        (p[18], p[19]) = (bases[1] as u32, bases[2] as u32);
+        let per_wg = p[13] as usize;
+        let blocks: usize = w.iter().map(|w| w.rows.div_ceil(per_wg)).sum();
+        let bytes = words(&p);
+        let [o0, o1, o2] = out;
+        let binds = [
+            binding,
+            Bind::Buffer(&x.buf),
+            Bind::Buffer(o0.written()),
+            Bind::Buffer(o1.written()),
+            Bind::Buffer(o2.written()),
+            Bind::Host(&bytes),
+        ];
+        let module = Module::MatmulMlxQkv(spec.bits, spec.group_size as u32);
+        let grid = Grid::Groups(blocks * x.rows.div_ceil(TILE));
+        self.recorder()
+            .dispatch(&self.gpu, module, "matmul_mlx_qkv", &binds, grid)?;
+        Ok(Some(()))
+    }
+
+    /// `out = silu(gate · x) · (up · x)` in one dispatch where gate and up are MLX weights of
+    /// one group side by side (`Some(())`), else `None` and nothing is done. Shapes are
+    /// checked by the caller.
+    pub(crate) fn matmul_mlx_glu(
+        &self,
+        gate: &WgpuWeight,
+        up: &WgpuWeight,
+        x: &WgpuTensor,
+        out: &mut WgpuTensor,
+    ) -> Result<Option<()>, BackendError> {
+        let pair = [gate, up];
+        let (Some(spec), Some((binding, bases))) = (&gate.mlx, side_by_side(&pair)) else {
+            return Ok(None);
+        };
+        if gate.rows != up.rows {
+            return Ok(None);
+        }
+        let mut p = params(gate, spec, x.rows, false);
+        p[6] = gate.rows as u32; // part_rows
+        p[18] = bases[1] as u32;
+        let per_wg = p[13] as usize;
+        let bytes = words(&p);
+        let binds = [
+            binding,
+            Bind::Buffer(&x.buf),
+            Bind::Buffer(out.written()),
+            Bind::Host(&bytes),
+        ];
+        let module =
+            Module::MatmulMlxGlu(spec.bits, spec.group_size as u32, self.gpu.info.native_fma);
+        let grid = Grid::Groups(gate.rows.div_ceil(per_wg) * x.rows.div_ceil(TILE));
+        self.recorder()
+            .dispatch(&self.gpu, module, "matmul_mlx_glu", &binds, grid)?;
+        Ok(Some(()))
     }
 
     /// Rows `tokens` of an MLX embedding table into `out` (shapes checked by the caller).

@@ -27,6 +27,7 @@ use hearth_quant::{GgmlType, MlxSpec};
 
 use crate::backend::WgpuBackend;
 use crate::kernels::{block_reader, int8_reader};
+use crate::mlx::{mlx_row_bytes, mlx_rows};
 use crate::recorder::Bind;
 
 /// A weight on the device: raw GGUF blocks for a matrix, f32 values for a vector.
@@ -148,24 +149,43 @@ fn checked_row_bytes(w: &HostWeight) -> Result<usize, BackendError> {
     Ok(row_bytes)
 }
 
+/// What the weights of a group share so that one fused dispatch reads them all: one 8-bit
+/// matmul type, or one MLX spec, and one width.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Fusable {
+    Int8(GgmlType, usize),
+    Mlx(MlxSpec, usize),
+}
+
+impl Fusable {
+    /// How `w` could join a group, or `None` for a weight no fused kernel reads.
+    fn of(w: &HostWeight) -> Option<Fusable> {
+        if w.rows <= 1 {
+            return None;
+        }
+        match &w.mlx {
+            Some(m) => Some(Fusable::Mlx(m.spec, w.cols)),
+            None => int8_reader(w.ty).map(|_| Fusable::Int8(w.ty, w.cols)),
+        }
+    }
+}
+
 /// Where each weight of a group starts in one buffer (at multiples of `align`), and the
-/// buffer's size, or `None` when the group is not for one buffer: weights of one 8-bit matmul
-/// type and width (what the fused kernels read), all within `limit` bytes.
+/// buffer's size, for weights of `bytes` each; `None` when the group is not for one buffer:
+/// fewer than two weights, some that no fused kernel reads or that differ in what it needs,
+/// or more than `limit` bytes.
 pub(crate) fn plan_group(
-    weights: &[(GgmlType, usize, usize)],
+    weights: &[(Option<Fusable>, usize)],
     align: u64,
     limit: u64,
 ) -> Option<(Vec<u64>, u64)> {
-    let &(ty, cols, _) = weights.first()?;
-    if weights.len() < 2
-        || int8_reader(ty).is_none()
-        || weights.iter().any(|&(t, c, _)| (t, c) != (ty, cols))
-    {
+    let &(kind, _) = weights.first()?;
+    if weights.len() < 2 || kind.is_none() || weights.iter().any(|&(k, _)| k != kind) {
         return None;
     }
     let mut offsets = Vec::with_capacity(weights.len());
     let mut end = 0u64;
-    for &(_, _, bytes) in weights {
+    for &(_, bytes) in weights {
         let offset = end.next_multiple_of(align);
         offsets.push(offset);
         end = offset + (bytes as u64).next_multiple_of(4);
@@ -175,26 +195,35 @@ pub(crate) fn plan_group(
 
 impl WgpuBackend {
     /// Weights that multiply the same input, side by side in one buffer where [`plan_group`]
-    /// allows (so that one dispatch of the fused 8-bit matmuls reads them all), else one by one.
+    /// allows (so that one dispatch of the fused 8-bit or MLX matmuls reads them all), else
+    /// one by one.
     pub(crate) fn load_group(&self, ws: Vec<HostWeight>) -> Result<Vec<WgpuWeight>, BackendError> {
-        let matrices = ws.iter().all(|w| w.mlx.is_none() && w.rows > 1);
-        let shapes: Vec<(GgmlType, usize, usize)> = ws
+        let kinds: Vec<Option<Fusable>> = ws.iter().map(Fusable::of).collect();
+        let sizes: Vec<(Option<Fusable>, usize)> = ws
             .iter()
-            .map(|w| (w.ty, w.cols, w.data.bytes().len()))
+            .zip(&kinds)
+            .map(|(w, &k)| match k {
+                Some(Fusable::Mlx(spec, cols)) => (k, w.rows * mlx_row_bytes(&spec, cols)),
+                _ => (k, w.data.bytes().len()),
+            })
             .collect();
         let align = self.gpu.device.limits().min_storage_buffer_offset_alignment as u64;
-        let plan = plan_group(&shapes, align, self.weight_part_limit).filter(|_| matrices);
-        let Some((offsets, size)) = plan else {
+        let Some((offsets, size)) = plan_group(&sizes, align, self.weight_part_limit) else {
             return ws.into_iter().map(|w| self.load_weight(w)).collect();
         };
-        let row_bytes = ws
-            .iter()
-            .map(checked_row_bytes)
-            .collect::<Result<Vec<_>, _>>()?;
         let mut host = vec![0u8; size as usize];
+        let mut layouts = Vec::with_capacity(ws.len());
         for (w, &o) in ws.iter().zip(&offsets) {
-            let bytes = w.data.bytes();
-            host[o as usize..o as usize + bytes.len()].copy_from_slice(bytes);
+            let (row_bytes, spec) = if w.mlx.is_some() {
+                let (rows, row_bytes, spec) = mlx_rows(w)?;
+                host[o as usize..][..rows.len()].copy_from_slice(&rows);
+                (row_bytes, Some(spec))
+            } else {
+                let bytes = w.data.bytes();
+                host[o as usize..][..bytes.len()].copy_from_slice(bytes);
+                (checked_row_bytes(w)?, None)
+            };
+            layouts.push((row_bytes, spec));
         }
         let name = ws
             .iter()
@@ -205,8 +234,8 @@ impl WgpuBackend {
         Ok(ws
             .into_iter()
             .zip(offsets)
-            .zip(row_bytes)
-            .map(|((w, offset), row_bytes)| WgpuWeight {
+            .zip(layouts)
+            .map(|((w, offset), (row_bytes, mlx))| WgpuWeight {
                 parts: vec![WeightPart {
                     buf: buf.clone(),
                     rows: 0..w.rows,
@@ -218,7 +247,7 @@ impl WgpuBackend {
                 rows: w.rows,
                 cols: w.cols,
                 row_bytes,
-                mlx: None,
+                mlx,
             })
             .collect())
     }
@@ -315,27 +344,31 @@ mod tests {
 
     #[test]
     fn a_group_is_laid_out_at_aligned_offsets_or_not_at_all() {
-        let q8 = GgmlType::Q8_0;
+        let q8 = Some(Fusable::Int8(GgmlType::Q8_0, 64));
         // q, k, v of 2 176, 1 088 and 1 090 bytes: starts rounded up to 256 bytes.
-        let (offsets, size) = plan_group(
-            &[(q8, 64, 2176), (q8, 64, 1088), (q8, 64, 1090)],
-            256,
-            1 << 20,
-        )
-        .expect("one buffer");
+        let (offsets, size) =
+            plan_group(&[(q8, 2176), (q8, 1088), (q8, 1090)], 256, 1 << 20).expect("one buffer");
         assert_eq!(offsets, vec![0, 2304, 3584]);
         assert_eq!(size, 3584 + 1092);
-        // Over the limit, of two types or widths, of a type without an 8-bit matmul, or alone.
-        assert!(plan_group(&[(q8, 64, 2176), (q8, 64, 1088)], 256, 3000).is_none());
-        assert!(plan_group(&[(q8, 64, 2176), (GgmlType::Q4_0, 64, 1152)], 256, 1 << 20).is_none());
-        assert!(plan_group(&[(q8, 64, 2176), (q8, 32, 1088)], 256, 1 << 20).is_none());
-        assert!(plan_group(
-            &[(GgmlType::F16, 64, 128), (GgmlType::F16, 64, 128)],
-            256,
-            1 << 20
-        )
-        .is_none());
-        assert!(plan_group(&[(q8, 64, 2176)], 256, 1 << 20).is_none());
+        // Over the limit, of two types, widths or MLX specs, of a type without a fused
+        // kernel, or alone.
+        assert!(plan_group(&[(q8, 2176), (q8, 1088)], 256, 3000).is_none());
+        let q4 = Some(Fusable::Int8(GgmlType::Q4_0, 64));
+        assert!(plan_group(&[(q8, 2176), (q4, 1152)], 256, 1 << 20).is_none());
+        let narrow = Some(Fusable::Int8(GgmlType::Q8_0, 32));
+        assert!(plan_group(&[(q8, 2176), (narrow, 1088)], 256, 1 << 20).is_none());
+        assert!(plan_group(&[(None, 128), (None, 128)], 256, 1 << 20).is_none());
+        assert!(plan_group(&[(q8, 2176)], 256, 1 << 20).is_none());
+        let mlx = |bits| {
+            let spec = MlxSpec {
+                bits,
+                group_size: 64,
+                scale_ty: GgmlType::F16,
+            };
+            Some(Fusable::Mlx(spec, 64))
+        };
+        assert!(plan_group(&[(mlx(4), 400), (mlx(4), 400)], 256, 1 << 20).is_some());
+        assert!(plan_group(&[(mlx(4), 400), (mlx(8), 400)], 256, 1 << 20).is_none());
     }
 
     #[test]

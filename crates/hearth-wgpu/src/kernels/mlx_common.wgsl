@@ -24,6 +24,12 @@ struct MlxParams {
     rows_per_wg: u32,     // matmul: rows of one workgroup
     groups_per_pass: u32, // matmul: groups per pass, rows_per_wg * groups_per_pass <= JOBS
     _pad: u32,
+    // The weights of a group after the first (mlx_matmul_qkv.wgsl, mlx_matmul_glu.wgsl): their
+    // rows, and the byte where each one's rows start in w.
+    rows1: u32,
+    rows2: u32,
+    base1: u32,
+    base2: u32,
 }
 
 // Scale or bias `g` of the row starting at byte `row_byte`, from the table at byte `at` of it.
