@@ -40,10 +40,11 @@ for line in sys.stdin:
                 continue
             dest = ".device-bin/test-engine-" + name
         elif "hearth-wgpu" in pkg:
-            # The op conformance table through Vulkan (its unit tests need no GPU).
-            if name != "conformance":
+            # The op conformance table and the MLX weights through Vulkan (its unit tests
+            # need no GPU).
+            if name not in ("conformance", "mlx"):
                 continue
-            dest = ".device-bin/test-wgpu-conformance"
+            dest = ".device-bin/test-wgpu-" + name
         else:
             dest = ".device-bin/test-" + ("unit" if kind == "lib" else name)
         shutil.copy(exe, dest)

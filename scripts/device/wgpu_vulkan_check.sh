@@ -8,7 +8,10 @@
 #   2. a real-shape synthetic Qwen3-0.6B (synth_gguf.py, carried), quantized by hearth to Q8_0,
 #      benchmarked with `hearth bench --device wgpu` and `--device cuda`;
 #   3. a decode profile (HEARTH_WGPU_PROFILE=1: GPU time per kernel) and the GPU's clocks and
-#      utilization during unprofiled decode.
+#      utilization during unprofiled decode;
+#   4. MLX weights: the wgpu MLX tests (bits against the CPU) and the MLX folder goldens on
+#      wgpu, then random Qwen3-0.6B-shape MLX folders (scripts/make_random_mlx.py, 4 and 8
+#      bits) and the Q4_0 GGUF benchmarked on wgpu and CUDA next to the Q8_0 one, two rounds.
 # The Vulkan loader is not installed there: carry its Debian packages in .gl/ (see the device
 # notes) and this script unpacks them. Logs go to $OUT.
 set -uo pipefail
@@ -67,5 +70,26 @@ if command -v nvidia-smi >/dev/null; then
   echo "clocks while decoding (SM clock, P-state, utilization; count of 0.5 s samples):"
   sort "$out/clocks-wgpu.txt" | uniq -c | sort -rn | head -5
 fi
+echo "== MLX weights on wgpu: bits against the CPU, folder goldens"
+HEARTH_REQUIRE_WGPU=1 "$bin/test-wgpu-mlx" --test-threads=1 2>&1 | tee "$out/mlx-wgpu.log" |
+  grep -E "^test |test result|panicked" || status=1
+HEARTH_TEST_DEVICE=wgpu HEARTH_REQUIRE_WGPU=1 "$bin/test-engine-mlx_folder" --test-threads=1 \
+  --nocapture 2>&1 | tee "$out/mlx-folder-wgpu.log" | grep -E "test result|panicked|: max" ||
+  status=1
+echo "== MLX folders and Q4_0 / Q8_0 GGUF, wgpu and CUDA (pp512 / tg128, two rounds)"
+for bits in 4 8; do
+  python3 scripts/make_random_mlx.py "$work/mlx$bits" tests/fixtures/mlx-tiny-qwen3-q8 "$bits" \
+    64 >>"$out/synth.log" 2>&1 || status=1
+done
+"$bin/hearth" quantize "$work/f16.gguf" "$work/qwen3-0.6b-Q4_0.gguf" Q4_0 \
+  >>"$out/quantize.log" 2>&1 || status=1
+for round in 1 2; do
+  for model in "$work/mlx4" "$work/mlx8" "$work/qwen3-0.6b-Q4_0.gguf" "$m"; do
+    for device in wgpu cuda; do
+      echo "$(basename "$model") $device: $(timeout 120 "$bin/hearth" bench "$model" \
+        --device "$device" -p 512 -n 128 -r 3 2>&1 | grep -E '^(pp|tg)' | tr '\n' ' ')"
+    done
+  done
+done | tee "$out/bench-mlx.txt"
 echo "== exit status $status"
 exit $status
