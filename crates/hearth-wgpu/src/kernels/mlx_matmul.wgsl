@@ -10,16 +10,11 @@
 fn matmul_mlx(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let id = flat_group(wg, nwg);
-    let per_wg = p.rows_per_wg;
-    let blocks = (p.part_rows + per_wg - 1u) / per_wg;
-    let live = id < blocks * ((p.n_tokens + TILE - 1u) / TILE);
-    let r0 = (id % blocks) * per_wg;
-    let t0 = (id / blocks) * TILE;
-    let nr = select(0u, min(per_wg, p.part_rows - r0), live);
-    let n = select(0u, min(TILE, p.n_tokens - t0), live);
-    let sum = row_sums(0u, r0, nr, t0, n, lid);
-    if (adds(lid, nr, n)) {
-        let o = (t0 + lid % TILE) * p.rows + p.row0 + r0 + lid / TILE;
+    let blocks = (p.part_rows + p.rows_per_wg - 1u) / p.rows_per_wg;
+    let tl = tile(id, blocks, id % blocks, p.part_rows);
+    let sum = row_sums(0u, tl.r0, tl.nr, tl.t0, tl.n, lid);
+    if (adds(lid, tl.nr, tl.n)) {
+        let o = (tl.t0 + lid % TILE) * p.rows + p.row0 + tl.r0 + lid / TILE;
         var v = sum;
         if (p.accumulate != 0u) {
             v += y[o];

@@ -118,6 +118,23 @@ fn row_sums(base: u32, r0: u32, nr: u32, t0: u32, n: u32, lid: u32) -> f32 {
     return sum;
 }
 
+// What workgroup `id` of a grid of `blocks` row blocks per token tile takes: block `block`
+// (of a weight of `rows` rows) for its tile; no rows and no tokens past the grid's end.
+struct Tile {
+    r0: u32, // first row
+    t0: u32, // first token
+    nr: u32, // rows
+    n: u32,  // tokens
+}
+
+fn tile(id: u32, blocks: u32, block: u32, rows: u32) -> Tile {
+    let live = id < blocks * ((p.n_tokens + TILE - 1u) / TILE);
+    let r0 = block * p.rows_per_wg;
+    let t0 = (id / blocks) * TILE;
+    let nr = select(0u, min(p.rows_per_wg, rows - r0), live);
+    return Tile(r0, t0, nr, select(0u, min(TILE, p.n_tokens - t0), live));
+}
+
 // Whether thread `lid` holds a sum of `row_sums` (its row and token are in the tile).
 fn adds(lid: u32, nr: u32, n: u32) -> bool {
     return lid / TILE < nr && lid % TILE < n;

@@ -12,16 +12,11 @@
 fn matmul_mlx_glu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
     let id = flat_group(wg, nwg);
-    let per_wg = p.rows_per_wg;
-    let blocks = (p.rows + per_wg - 1u) / per_wg;
-    let live = id < blocks * ((p.n_tokens + TILE - 1u) / TILE);
-    let r0 = (id % blocks) * per_wg;
-    let t0 = (id / blocks) * TILE;
-    let nr = select(0u, min(per_wg, p.rows - r0), live);
-    let n = select(0u, min(TILE, p.n_tokens - t0), live);
-    let gate = row_sums(0u, r0, nr, t0, n, lid);
-    let up = row_sums(p.base1, r0, nr, t0, n, lid);
-    if (adds(lid, nr, n)) {
-        y[(t0 + lid % TILE) * p.rows + r0 + lid / TILE] = silu_rn(gate) * up;
+    let blocks = (p.rows + p.rows_per_wg - 1u) / p.rows_per_wg;
+    let tl = tile(id, blocks, id % blocks, p.rows);
+    let gate = row_sums(0u, tl.r0, tl.nr, tl.t0, tl.n, lid);
+    let up = row_sums(p.base1, tl.r0, tl.nr, tl.t0, tl.n, lid);
+    if (adds(lid, tl.nr, tl.n)) {
+        y[(tl.t0 + lid % TILE) * p.rows + tl.r0 + lid / TILE] = silu_rn(gate) * up;
     }
 }

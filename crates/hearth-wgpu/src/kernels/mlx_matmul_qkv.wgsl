@@ -19,9 +19,7 @@ fn matmul_mlx_qkv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups)
     let b1 = (p.rows1 + per_wg - 1u) / per_wg;
     let b2 = (p.rows2 + per_wg - 1u) / per_wg;
     let blocks = b0 + b1 + b2;
-    let live = id < blocks * ((p.n_tokens + TILE - 1u) / TILE);
     let blk = id % blocks;
-    let t0 = (id / blocks) * TILE;
     // Which weight: its rows, where they start in w, and its first block.
     var k = 0u;
     var rows = p.rows;
@@ -38,12 +36,10 @@ fn matmul_mlx_qkv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups)
         base = p.base1;
         first = b0;
     }
-    let r0 = (blk - first) * per_wg;
-    let nr = select(0u, min(per_wg, rows - r0), live);
-    let n = select(0u, min(TILE, p.n_tokens - t0), live);
-    let sum = row_sums(base, r0, nr, t0, n, lid);
-    if (adds(lid, nr, n)) {
-        let o = (t0 + lid % TILE) * rows + r0 + lid / TILE;
+    let tl = tile(id, blocks, blk - first, rows);
+    let sum = row_sums(base, tl.r0, tl.nr, tl.t0, tl.n, lid);
+    if (adds(lid, tl.nr, tl.n)) {
+        let o = (tl.t0 + lid % TILE) * rows + tl.r0 + lid / TILE;
         if (k == 0u) {
             y0[o] = sum;
         } else if (k == 1u) {
