@@ -2,7 +2,8 @@
 //! (Mesa's lavapipe, a software Vulkan driver, on a machine without a GPU).
 //!
 //! Weights stay in their GGUF block form on the device (raw blocks as `array<u32>`, in parts of
-//! whole rows where one binding cannot hold them: see `weight.rs`), activations are f32, the KV
+//! whole rows where one binding cannot hold them: see `weight.rs`; MLX affine weights as their
+//! packed words with each row's scales and biases: see `mlx.rs`), activations are f32, the KV
 //! cache is paged and stored as f16. Before a matmul with a Q8_0, Q4_0, Q5_0, Q4_K, Q5_K or
 //! Q6_K weight the activations are quantized to 8-bit blocks on the device, as the CPU backend
 //! does, and multiplied with integer dot products (see `int8.rs`). Dispatches are recorded

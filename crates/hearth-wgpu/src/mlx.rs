@@ -8,8 +8,9 @@
 //!  row r:  packed values (cols·bits/8 bytes) │ scales (padded to 4 bytes) │ biases (padded)
 //! ```
 //!
-//! The matmul (kernels/mlx_matmul.wgsl) and the embedding lookup give the CPU backend's bits:
-//! the same products, rounded on their own, added in the same order.
+//! The matmuls (kernels/mlx_matmul_common.wgsl: one weight, a q/k/v group, a gate/up group
+//! with the SwiGLU) and the embedding lookup give the CPU backend's bits: the same products,
+//! rounded on their own, added in the same order.
 
 use hearth_backend::{BackendError, HostWeight};
 use hearth_quant::{GgmlType, MlxSpec};
@@ -20,9 +21,9 @@ use crate::kernels::Module;
 use crate::recorder::{Bind, Grid};
 use crate::weight::WgpuWeight;
 
-/// Tokens per workgroup of the matmul (`TILE` in mlx_matmul.wgsl).
+/// Tokens per workgroup of the matmul (`TILE` in mlx_matmul_common.wgsl).
 const TILE: usize = 4;
-/// (row, group) jobs a pass of one workgroup holds (`JOBS` in mlx_matmul.wgsl).
+/// (row, group) jobs a pass of one workgroup holds (`JOBS` in mlx_matmul_common.wgsl).
 const JOBS: usize = 256;
 /// Threads per workgroup.
 const WG: usize = 64;
