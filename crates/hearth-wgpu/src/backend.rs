@@ -349,9 +349,7 @@ impl WgpuBackend {
         *self.staging.lock().unwrap_or_else(|p| p.into_inner()) = Some(staging);
         Ok(())
     }
-}
 
-impl WgpuBackend {
     /// Rows `tokens` of `table` into `out` through entry point `entry`: one dispatch per part
     /// that holds one of the tokens' rows (each writes those rows), with the parameter bytes
     /// `params` makes for the part's rows.
@@ -431,10 +429,7 @@ impl Backend for WgpuBackend {
     }
 
     fn load_weight(&self, w: HostWeight) -> Result<WgpuWeight, BackendError> {
-        if w.mlx.is_some() {
-            return self.load_mlx(w);
-        }
-        if w.rows == 1 {
+        if w.rows == 1 && w.mlx.is_none() {
             // Vectors (norm weights) are read as f32 by the element-wise kernels.
             let mut vals = vec![0f32; w.cols];
             hearth_quant::dequantize_row(w.ty, w.data.bytes(), &mut vals).map_err(|e| {
@@ -588,26 +583,19 @@ impl Backend for WgpuBackend {
         if act == Activation::Silu {
             check_matmul(gate, x, out)?;
             check_matmul(up, x, out)?;
-            if self.matmul_mlx_glu(gate, up, x, out)?.is_some() {
-                return Ok(());
-            }
-        }
-        let fused = act == Activation::Silu
-            && int8_reader(gate.ty).is_some()
-            && int8_reader(up.ty).is_some()
-            && (gate.rows, gate.cols) == (up.rows, up.cols);
-        if fused {
-            check_matmul(gate, x, out)?;
-            check_matmul(up, x, out)?;
             // Both projections and the SwiGLU in one dispatch where they were loaded side by
             // side (a group).
-            if self.matmul_int8_glu(gate, up, &mut inputs, out)?.is_some() {
+            if self.matmul_int8_glu(gate, up, &mut inputs, out)?.is_some()
+                || self.matmul_mlx_glu(gate, up, x, out)?.is_some()
+            {
                 return Ok(());
             }
-            // SwiGLU in the up projection's epilogue: out = silu(gate · x) · (up · x).
-            self.matmul_with(gate, &mut inputs, out, false)?;
-            self.matmul_int8(up, &mut inputs, out, Epilogue::SiluGate)?;
-            return Ok(());
+            if int8_reader(gate.ty).is_some() && int8_reader(up.ty).is_some() {
+                // SwiGLU in the up projection's epilogue: out = silu(gate · x) · (up · x).
+                self.matmul_with(gate, &mut inputs, out, false)?;
+                self.matmul_int8(up, &mut inputs, out, Epilogue::SiluGate)?;
+                return Ok(());
+            }
         }
         let mut u = self.alloc(out.rows, out.cols)?;
         self.matmul_with(gate, &mut inputs, out, false)?;

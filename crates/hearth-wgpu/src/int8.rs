@@ -356,8 +356,8 @@ impl WgpuBackend {
 }
 
 /// One binding over weights stored side by side in one buffer (a group of one type, or MLX
-/// spec, and width, see `WgpuBackend::load_group`), and the byte where each weight starts in it; `None` for
-/// weights stored otherwise.
+/// spec, and width, see `WgpuBackend::load_group`), and the byte where each weight starts in
+/// it; `None` for weights stored otherwise.
 pub(crate) fn side_by_side<'w>(ws: &[&'w WgpuWeight]) -> Option<(Bind<'w>, Vec<u64>)> {
     let first = ws.first()?.parts.first()?;
     let mut end = first.offset;

@@ -36,11 +36,6 @@ fn row_layout(spec: &MlxSpec, cols: usize) -> (usize, usize, usize) {
     (packed, packed + table, packed + 2 * table)
 }
 
-/// Bytes of one row of an MLX weight of `cols` columns in the layout above.
-pub(crate) fn mlx_row_bytes(spec: &MlxSpec, cols: usize) -> usize {
-    row_layout(spec, cols).2
-}
-
 /// The kernels' code for a scale type (`scale_kind` in mlx_common.wgsl).
 fn scale_kind(ty: GgmlType) -> u32 {
     match ty {
@@ -56,34 +51,84 @@ fn rows_per_workgroup(groups: usize) -> usize {
     (WG / groups.max(1)).clamp(1, WG / TILE)
 }
 
-/// The 20 parameter words of the MLX kernels (`MlxParams`), for one weight; a group's other
-/// weights go in the last four.
-fn params(w: &WgpuWeight, spec: &MlxSpec, n_tokens: usize, accumulate: bool) -> [u32; 20] {
-    let (scales_at, biases_at, _) = row_layout(spec, w.cols);
-    let groups = w.cols / spec.group_size;
-    let per_wg = rows_per_workgroup(groups);
-    [
-        w.rows as u32,
-        w.cols as u32,
-        n_tokens as u32,
-        w.row_bytes as u32,
-        accumulate as u32,
-        0, // row0: set per part
-        0, // part_rows: set per part
-        0, // zero
-        spec.group_size as u32,
-        scale_kind(spec.scale_ty),
-        scales_at as u32,
-        biases_at as u32,
-        spec.bits,
-        per_wg as u32,
-        groups.min(JOBS / per_wg) as u32,
-        0,
-        0, // rows1
-        0, // rows2
-        0, // base1
-        0, // base2
-    ]
+/// The parameters of the MLX kernels (`MlxParams` in mlx_common.wgsl), as the host sets them.
+#[derive(Clone, Copy)]
+struct Params {
+    rows: usize,
+    cols: usize,
+    n_tokens: usize,
+    row_bytes: usize,
+    accumulate: bool,
+    /// The weight's rows in this dispatch: `row0 .. row0 + part_rows`.
+    row0: usize,
+    part_rows: usize,
+    group_size: usize,
+    scale_kind: u32,
+    scales_at: usize,
+    biases_at: usize,
+    bits: u32,
+    rows_per_wg: usize,
+    groups_per_pass: usize,
+    /// A group's second and third weights: their rows and the byte where they start.
+    rows1: usize,
+    rows2: usize,
+    base1: u64,
+    base2: u64,
+}
+
+impl Params {
+    /// For weight `w` (all its rows) and `n_tokens` tokens.
+    fn new(w: &WgpuWeight, spec: &MlxSpec, n_tokens: usize, accumulate: bool) -> Params {
+        let (scales_at, biases_at, _) = row_layout(spec, w.cols);
+        let groups = w.cols / spec.group_size;
+        let rows_per_wg = rows_per_workgroup(groups);
+        Params {
+            rows: w.rows,
+            cols: w.cols,
+            n_tokens,
+            row_bytes: w.row_bytes,
+            accumulate,
+            row0: 0,
+            part_rows: w.rows,
+            group_size: spec.group_size,
+            scale_kind: scale_kind(spec.scale_ty),
+            scales_at,
+            biases_at,
+            bits: spec.bits,
+            rows_per_wg,
+            groups_per_pass: groups.min(JOBS / rows_per_wg),
+            rows1: 0,
+            rows2: 0,
+            base1: 0,
+            base2: 0,
+        }
+    }
+
+    /// The struct's bytes, in field order.
+    fn bytes(&self) -> Vec<u8> {
+        words(&[
+            self.rows as u32,
+            self.cols as u32,
+            self.n_tokens as u32,
+            self.row_bytes as u32,
+            self.accumulate as u32,
+            self.row0 as u32,
+            self.part_rows as u32,
+            0, // zero, for `keep`
+            self.group_size as u32,
+            self.scale_kind,
+            self.scales_at as u32,
+            self.biases_at as u32,
+            self.bits,
+            self.rows_per_wg as u32,
+            self.groups_per_pass as u32,
+            0,
+            self.rows1 as u32,
+            self.rows2 as u32,
+            self.base1 as u32,
+            self.base2 as u32,
+        ])
+    }
 }
 
 /// An MLX weight's rows in the layout above, once its tensors are checked against its shape;
@@ -111,21 +156,6 @@ pub(crate) fn mlx_rows(w: &HostWeight) -> Result<(Vec<u8>, usize, MlxSpec), Back
 }
 
 impl WgpuBackend {
-    /// Check an MLX weight's tensors against its shape and upload it in the row layout above.
-    pub(crate) fn load_mlx(&self, w: HostWeight) -> Result<WgpuWeight, BackendError> {
-        let (host, row_bytes, spec) = mlx_rows(&w)?;
-        let parts = self.upload_rows(&w.name, &host, w.rows, row_bytes)?;
-        Ok(WgpuWeight {
-            parts,
-            name: w.name,
-            ty: w.ty,
-            rows: w.rows,
-            cols: w.cols,
-            row_bytes,
-            mlx: Some(spec),
-        })
-    }
-
     /// `out (+)= W · x` for an MLX weight: one dispatch per part, each of one workgroup per
     /// (rows of the part, tile of 4 tokens).
     pub(crate) fn matmul_mlx(
@@ -136,20 +166,20 @@ impl WgpuBackend {
         out: &mut WgpuTensor,
         accumulate: bool,
     ) -> Result<(), BackendError> {
-        let mut p = params(w, spec, x.rows, accumulate);
-        let per_wg = p[13] as usize;
+        let mut p = Params::new(w, spec, x.rows, accumulate);
         let y = out.written();
         let mut rec = self.recorder();
         for part in &w.parts {
-            (p[5], p[6]) = (part.rows.start as u32, part.rows.len() as u32);
-            let bytes = words(&p);
+            (p.row0, p.part_rows) = (part.rows.start, part.rows.len());
+            let bytes = p.bytes();
             let binds = [
                 part.bind(),
                 Bind::Buffer(&x.buf),
                 Bind::Buffer(y),
                 Bind::Host(&bytes),
             ];
-            let grid = Grid::Groups(part.rows.len().div_ceil(per_wg) * x.rows.div_ceil(TILE));
+            let grid =
+                Grid::Groups(part.rows.len().div_ceil(p.rows_per_wg) * x.rows.div_ceil(TILE));
             rec.dispatch(
                 &self.gpu,
                 Module::MatmulMlx(spec.bits, spec.group_size as u32),
@@ -172,13 +202,11 @@ impl WgpuBackend {
         let (Some(spec), Some((binding, bases))) = (&w[0].mlx, side_by_side(&w)) else {
             return Ok(None);
         };
-        let mut p = params(w[0], spec, x.rows, false);
-        p[6] = w[0].rows as u32; // part_rows
-        (p[16], p[17]) = (w[1].rows as u32, w[2].rows as u32);
-        (p[18], p[19]) = (bases[1] as u32, bases[2] as u32);
-        let per_wg = p[13] as usize;
-        let blocks: usize = w.iter().map(|w| w.rows.div_ceil(per_wg)).sum();
-        let bytes = words(&p);
+        let mut p = Params::new(w[0], spec, x.rows, false);
+        (p.rows1, p.rows2) = (w[1].rows, w[2].rows);
+        (p.base1, p.base2) = (bases[1], bases[2]);
+        let blocks: usize = w.iter().map(|w| w.rows.div_ceil(p.rows_per_wg)).sum();
+        let bytes = p.bytes();
         let [o0, o1, o2] = out;
         let binds = [
             binding,
@@ -212,11 +240,9 @@ impl WgpuBackend {
         if gate.rows != up.rows {
             return Ok(None);
         }
-        let mut p = params(gate, spec, x.rows, false);
-        p[6] = gate.rows as u32; // part_rows
-        p[18] = bases[1] as u32;
-        let per_wg = p[13] as usize;
-        let bytes = words(&p);
+        let mut p = Params::new(gate, spec, x.rows, false);
+        p.base1 = bases[1];
+        let bytes = p.bytes();
         let binds = [
             binding,
             Bind::Buffer(&x.buf),
@@ -225,7 +251,7 @@ impl WgpuBackend {
         ];
         let module =
             Module::MatmulMlxGlu(spec.bits, spec.group_size as u32, self.gpu.info.native_fma);
-        let grid = Grid::Groups(gate.rows.div_ceil(per_wg) * x.rows.div_ceil(TILE));
+        let grid = Grid::Groups(gate.rows.div_ceil(p.rows_per_wg) * x.rows.div_ceil(TILE));
         self.recorder()
             .dispatch(&self.gpu, module, "matmul_mlx_glu", &binds, grid)?;
         Ok(Some(()))
@@ -239,12 +265,12 @@ impl WgpuBackend {
         tokens: &[u32],
         out: &mut WgpuTensor,
     ) -> Result<(), BackendError> {
-        let p = params(table, spec, tokens.len(), false);
+        let p = Params::new(table, spec, tokens.len(), false);
         let entry = (Module::EmbedMlx, "embed_mlx");
         self.embed_parts(table, tokens, out, entry, |rows| {
             let mut p = p;
-            (p[5], p[6]) = (rows.start as u32, rows.len() as u32);
-            words(&p)
+            (p.row0, p.part_rows) = (rows.start, rows.len());
+            p.bytes()
         })
     }
 }

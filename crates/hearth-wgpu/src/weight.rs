@@ -20,6 +20,7 @@
 //! 34-byte blocks rarely do, and one buffer would also need the whole weight under
 //! `max_buffer_size`.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use hearth_backend::{Backend, BackendError, HostWeight};
@@ -27,7 +28,7 @@ use hearth_quant::{GgmlType, MlxSpec};
 
 use crate::backend::WgpuBackend;
 use crate::kernels::{block_reader, int8_reader};
-use crate::mlx::{mlx_row_bytes, mlx_rows};
+use crate::mlx::mlx_rows;
 use crate::recorder::Bind;
 
 /// A weight on the device: raw GGUF blocks for a matrix, f32 values for a vector.
@@ -149,6 +150,45 @@ fn checked_row_bytes(w: &HostWeight) -> Result<usize, BackendError> {
     Ok(row_bytes)
 }
 
+/// A matrix's rows as the device stores them, checked against its shape: GGUF blocks as they
+/// are, MLX rows with their scales and biases (see `mlx.rs`).
+pub(crate) struct DeviceRows<'a> {
+    bytes: Cow<'a, [u8]>,
+    row_bytes: usize,
+    mlx: Option<MlxSpec>,
+}
+
+fn device_rows(w: &HostWeight) -> Result<DeviceRows<'_>, BackendError> {
+    if w.mlx.is_some() {
+        let (bytes, row_bytes, spec) = mlx_rows(w)?;
+        return Ok(DeviceRows {
+            bytes: Cow::Owned(bytes),
+            row_bytes,
+            mlx: Some(spec),
+        });
+    }
+    Ok(DeviceRows {
+        row_bytes: checked_row_bytes(w)?,
+        bytes: Cow::Borrowed(w.data.bytes()),
+        mlx: None,
+    })
+}
+
+impl WgpuWeight {
+    /// Matrix `w`, stored in `parts` with its rows laid out as `rows`.
+    fn stored(w: &HostWeight, parts: Vec<WeightPart>, rows: &DeviceRows) -> WgpuWeight {
+        WgpuWeight {
+            parts,
+            name: w.name.clone(),
+            ty: w.ty,
+            rows: w.rows,
+            cols: w.cols,
+            row_bytes: rows.row_bytes,
+            mlx: rows.mlx,
+        }
+    }
+}
+
 /// What the weights of a group share so that one fused dispatch reads them all: one 8-bit
 /// matmul type, or one MLX spec, and one width.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -199,31 +239,26 @@ impl WgpuBackend {
     /// one by one.
     pub(crate) fn load_group(&self, ws: Vec<HostWeight>) -> Result<Vec<WgpuWeight>, BackendError> {
         let kinds: Vec<Option<Fusable>> = ws.iter().map(Fusable::of).collect();
-        let sizes: Vec<(Option<Fusable>, usize)> = ws
-            .iter()
-            .zip(&kinds)
-            .map(|(w, &k)| match k {
-                Some(Fusable::Mlx(spec, cols)) => (k, w.rows * mlx_row_bytes(&spec, cols)),
-                _ => (k, w.data.bytes().len()),
-            })
+        if kinds.iter().any(Option::is_none) {
+            return ws.into_iter().map(|w| self.load_weight(w)).collect();
+        }
+        let rows = ws.iter().map(device_rows).collect::<Result<Vec<_>, _>>()?;
+        let sizes: Vec<(Option<Fusable>, usize)> = kinds
+            .into_iter()
+            .zip(&rows)
+            .map(|(k, r)| (k, r.bytes.len()))
             .collect();
         let align = self.gpu.device.limits().min_storage_buffer_offset_alignment as u64;
         let Some((offsets, size)) = plan_group(&sizes, align, self.weight_part_limit) else {
-            return ws.into_iter().map(|w| self.load_weight(w)).collect();
+            return ws
+                .iter()
+                .zip(&rows)
+                .map(|(w, r)| self.upload_matrix(w, r))
+                .collect();
         };
         let mut host = vec![0u8; size as usize];
-        let mut layouts = Vec::with_capacity(ws.len());
-        for (w, &o) in ws.iter().zip(&offsets) {
-            let (row_bytes, spec) = if w.mlx.is_some() {
-                let (rows, row_bytes, spec) = mlx_rows(w)?;
-                host[o as usize..][..rows.len()].copy_from_slice(&rows);
-                (row_bytes, Some(spec))
-            } else {
-                let bytes = w.data.bytes();
-                host[o as usize..][..bytes.len()].copy_from_slice(bytes);
-                (checked_row_bytes(w)?, None)
-            };
-            layouts.push((row_bytes, spec));
+        for (r, &o) in rows.iter().zip(&offsets) {
+            host[o as usize..][..r.bytes.len()].copy_from_slice(&r.bytes);
         }
         let name = ws
             .iter()
@@ -232,22 +267,17 @@ impl WgpuBackend {
             .join(" + ");
         let buf = self.init_weight_buffer(&name, &host)?;
         Ok(ws
-            .into_iter()
+            .iter()
+            .zip(&rows)
             .zip(offsets)
-            .zip(layouts)
-            .map(|((w, offset), (row_bytes, mlx))| WgpuWeight {
-                parts: vec![WeightPart {
+            .map(|((w, r), offset)| {
+                let part = WeightPart {
                     buf: buf.clone(),
                     rows: 0..w.rows,
                     offset,
-                    bytes: (w.rows as u64 * row_bytes as u64).next_multiple_of(4),
-                }],
-                name: w.name,
-                ty: w.ty,
-                rows: w.rows,
-                cols: w.cols,
-                row_bytes,
-                mlx,
+                    bytes: (w.rows as u64 * r.row_bytes as u64).next_multiple_of(4),
+                };
+                WgpuWeight::stored(w, vec![part], r)
             })
             .collect())
     }
@@ -268,19 +298,16 @@ impl WgpuBackend {
         Ok(buf)
     }
 
-    /// Check a matrix weight's bytes against its type and shape and upload it in parts.
+    /// Check a matrix weight's bytes against its type (or MLX spec) and shape and upload it in
+    /// parts.
     pub(crate) fn load_matrix(&self, w: HostWeight) -> Result<WgpuWeight, BackendError> {
-        let row_bytes = checked_row_bytes(&w)?;
-        let parts = self.upload_rows(&w.name, w.data.bytes(), w.rows, row_bytes)?;
-        Ok(WgpuWeight {
-            parts,
-            name: w.name,
-            ty: w.ty,
-            rows: w.rows,
-            cols: w.cols,
-            row_bytes,
-            mlx: None,
-        })
+        self.upload_matrix(&w, &device_rows(&w)?)
+    }
+
+    /// Matrix `w` laid out as `rows`, uploaded in parts.
+    fn upload_matrix(&self, w: &HostWeight, rows: &DeviceRows) -> Result<WgpuWeight, BackendError> {
+        let parts = self.upload_rows(&w.name, &rows.bytes, w.rows, rows.row_bytes)?;
+        Ok(WgpuWeight::stored(w, parts, rows))
     }
 
     /// `rows` rows of `row_bytes` bytes each, uploaded in parts of whole rows (see the module

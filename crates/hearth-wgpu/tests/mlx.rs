@@ -8,24 +8,15 @@ mod common;
 use std::sync::Arc;
 
 use common::{cpu, embed_on, gpu, matmul_on, random};
-use half::{bf16, f16};
 use hearth_backend::{Activation, Backend, HostWeight, MlxGroups};
 use hearth_quant::{GgmlType, MlxSpec};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-/// `values` as a scale or bias table of type `ty`.
+/// `values` as a scale or bias table of type `ty` (F16, BF16 or F32).
 fn table_bytes(values: &[f32], ty: GgmlType) -> Vec<u8> {
-    match ty {
-        GgmlType::F16 => values
-            .iter()
-            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-            .collect(),
-        GgmlType::BF16 => values
-            .iter()
-            .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
-            .collect(),
-        _ => values.iter().flat_map(|&v| v.to_le_bytes()).collect(),
-    }
+    let mut bytes = vec![0u8; values.len() * ty.type_size()];
+    hearth_quant::quantize_row(ty, values, &mut bytes).expect("scale table");
+    bytes
 }
 
 /// A weight `[rows, cols]` as an MLX checkpoint holds one: random packed values, scales in
