@@ -103,6 +103,11 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     let mut seq = Sequence::new();
     engine.step(&mut seq, &bench_tokens(a.n_prompt.max(1), n_vocab))?;
     engine.release(&mut seq);
+    // And two decode steps of the measured batch: kernels only decode uses (the wgpu backend's
+    // decode projections) are built then, not inside the first timed generation.
+    if a.n_gen > 0 {
+        generation_test(&mut engine, 2, a.parallel)?;
+    }
 
     let mut pp = Vec::new();
     let mut tg = Vec::new();
