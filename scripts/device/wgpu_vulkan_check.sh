@@ -3,7 +3,8 @@
 # backend on the same model, from binaries built elsewhere (scripts/device/build_cuda_bins.sh)
 # and carried in .device-bin/.
 #   1. the wgpu op conformance table against the CPU (where the adapter's fma is fused, the
-#      8-bit matmuls use it and must give the CPU's bits), then the golden model tests on the
+#      8-bit matmuls use it and must give the CPU's bits), the decode projections that norm
+#      and quantize their own input (same bits), then the golden model tests on the
 #      tiny Qwen3 f16 and Q8_0 fixtures (logits and greedy) with HEARTH_TEST_DEVICE=wgpu;
 #   2. a real-shape synthetic Qwen3-0.6B (synth_gguf.py, carried), quantized by hearth to Q8_0,
 #      benchmarked with `hearth bench --device wgpu` and `--device cuda`;
@@ -37,6 +38,10 @@ echo "== wgpu op conformance table"
 HEARTH_REQUIRE_WGPU=1 "$bin/test-wgpu-conformance" --test-threads=1 --nocapture 2>&1 |
   tee "$out/conformance-wgpu.log" | grep -E "^running on|fused|^test |test result|panicked" ||
   status=1
+
+echo "== 8-bit matmuls that norm and quantize their own input, against the CPU"
+HEARTH_REQUIRE_WGPU=1 "$bin/test-wgpu-row_input" --test-threads=1 2>&1 |
+  tee "$out/row-input-wgpu.log" | grep -E "^test |test result|panicked" || status=1
 
 echo "== golden tests on wgpu (tiny Qwen3 f16 and Q8_0 fixtures, logits and greedy)"
 HEARTH_TEST_DEVICE=wgpu HEARTH_REQUIRE_WGPU=1 "$bin/test-engine-golden_models" qwen3_tiny_f16 \

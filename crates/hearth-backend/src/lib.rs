@@ -168,6 +168,20 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// `out[i] = W[i] · rms_norm(x)` for three weights (q, k, v), RMSNorm over whole rows with
+    /// `norm`; `x` is unchanged. A backend can fuse the norm into the projections.
+    fn rms_norm_matmul3(
+        &self,
+        x: &Self::Tensor,
+        norm: &Self::Weight,
+        eps: f32,
+        w: [&Self::Weight; 3],
+        out: [&mut Self::Tensor; 3],
+    ) -> Result<(), BackendError> {
+        let h = self.rms_norm_copy(x, norm, eps)?;
+        self.matmul3(w, &h, out)
+    }
+
     /// Per-head RMSNorm of `q` and `k` with `norms` (QK-norm, when given), then rotary
     /// embedding of both at `rows`.
     #[allow(clippy::too_many_arguments)]
@@ -241,6 +255,23 @@ pub trait Backend: Send + Sync {
         self.matmul(gate, x, out)?;
         self.matmul(up, x, &mut u)?;
         self.glu(out, &u, act)
+    }
+
+    /// `gated_matmul` of `rms_norm(x)` (RMSNorm over whole rows with `norm`); `x` is
+    /// unchanged. A backend can fuse the norm into the projections.
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_gated_matmul(
+        &self,
+        x: &Self::Tensor,
+        norm: &Self::Weight,
+        eps: f32,
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        act: Activation,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError> {
+        let h = self.rms_norm_copy(x, norm, eps)?;
+        self.gated_matmul(gate, up, &h, act, out)
     }
 
     /// LayerNorm with bias over whole rows: `x = (x - mean) / sqrt(var + eps) * weight + bias`

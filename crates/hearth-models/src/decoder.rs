@@ -343,8 +343,7 @@ impl<B: Backend> DecoderModel<B> {
             theta_scales: theta_scales.as_deref(),
         };
         for (il, layer) in self.layers.iter().enumerate() {
-            let h = be.rms_norm_copy(&x, &layer.attn_norm, c.rms_eps)?;
-            let mut ctx = self.attention(be, layer, il, &h, &rows, cache)?;
+            let mut ctx = self.attention(be, layer, il, &x, &rows, cache)?;
             if il + 1 == self.layers.len() {
                 // NOTE: after the last attention only the rows whose logits are wanted matter
                 // (one per sequence in decode), so the rest of the last layer runs on those.
@@ -355,15 +354,18 @@ impl<B: Backend> DecoderModel<B> {
                 x = be.gather_rows(&x, batch.logits_rows)?;
             }
             self.project_add(be, &layer.wo, &ctx, layer.attn_post_norm.as_ref(), &mut x)?;
-            let h = be.rms_norm_copy(&x, &layer.ffn_norm, c.rms_eps)?;
             match &layer.ffn {
                 Ffn::Dense { gate, up, down } => {
-                    let (n, _) = be.shape(&h);
+                    let (n, _) = be.shape(&x);
                     let mut act = be.alloc(n, c.n_ff)?; // [n_tokens, n_ff]
-                    be.gated_matmul(gate, up, &h, c.activation, &mut act)?;
+                    let (norm, eps) = (&layer.ffn_norm, c.rms_eps);
+                    be.rms_norm_gated_matmul(&x, norm, eps, gate, up, c.activation, &mut act)?;
                     self.project_add(be, down, &act, layer.ffn_post_norm.as_ref(), &mut x)?;
                 }
-                Ffn::Sparse(moe) => moe.forward_add(be, &h, c.activation, &mut x)?,
+                Ffn::Sparse(moe) => {
+                    let h = be.rms_norm_copy(&x, &layer.ffn_norm, c.rms_eps)?;
+                    moe.forward_add(be, &h, c.activation, &mut x)?
+                }
             }
             if il + 1 < self.layers.len() {
                 self.record(be, &x, false);
@@ -398,7 +400,7 @@ impl<B: Backend> DecoderModel<B> {
         be: &B,
         layer: &Layer<B::Weight>,
         il: usize,
-        h: &B::Tensor,
+        x: &B::Tensor,
         rows: &LayerRows,
         cache: &mut B::KvCache,
     ) -> Result<B::Tensor, ModelError> {
@@ -408,9 +410,12 @@ impl<B: Backend> DecoderModel<B> {
         let mut q = be.alloc(n, q_dim)?; // [n_tokens, n_heads * head_dim]
         let mut k = be.alloc(n, kv_dim)?; // [n_tokens, n_kv_heads * head_dim]
         let mut v = be.alloc(n, kv_dim)?;
-        be.matmul3(
+        // q, k and v of the attention norm of the residual stream `x`.
+        be.rms_norm_matmul3(
+            x,
+            &layer.attn_norm,
+            c.rms_eps,
             [&layer.wq, &layer.wk, &layer.wv],
-            h,
             [&mut q, &mut k, &mut v],
         )?;
         if let Some(b) = &layer.qkv_bias {

@@ -557,7 +557,7 @@ impl Backend for WgpuBackend {
         // One dispatch for the three where they were loaded side by side (a group).
         let [o0, o1, o2] = out;
         if self
-            .matmul_int8_qkv(w, &mut inputs, [&mut *o0, &mut *o1, &mut *o2])?
+            .matmul_int8_qkv(w, &mut inputs, None, [&mut *o0, &mut *o1, &mut *o2])?
             .is_some()
             || self
                 .matmul_mlx_qkv(w, x, [&mut *o0, &mut *o1, &mut *o2])?
@@ -585,7 +585,9 @@ impl Backend for WgpuBackend {
             check_matmul(up, x, out)?;
             // Both projections and the SwiGLU in one dispatch where they were loaded side by
             // side (a group).
-            if self.matmul_int8_glu(gate, up, &mut inputs, out)?.is_some()
+            if self
+                .matmul_int8_glu(gate, up, &mut inputs, None, out)?
+                .is_some()
                 || self.matmul_mlx_glu(gate, up, x, out)?.is_some()
             {
                 return Ok(());
@@ -601,6 +603,57 @@ impl Backend for WgpuBackend {
         self.matmul_with(gate, &mut inputs, out, false)?;
         self.matmul_with(up, &mut inputs, &mut u, false)?;
         self.glu(out, &u, act)
+    }
+
+    fn rms_norm_matmul3(
+        &self,
+        x: &WgpuTensor,
+        norm: &WgpuWeight,
+        eps: f32,
+        w: [&WgpuWeight; 3],
+        out: [&mut WgpuTensor; 3],
+    ) -> Result<(), BackendError> {
+        for (w, o) in w.iter().zip(&out) {
+            check_matmul(w, x, o)?;
+        }
+        // NOTE: for decode, the 8-bit q/k/v kernel norms and quantizes the row itself: the
+        // norm's dispatch is saved, one per layer (see kernels/int8_input_normed.wgsl).
+        let [o0, o1, o2] = out;
+        let fused = [&mut *o0, &mut *o1, &mut *o2];
+        if self
+            .matmul_int8_qkv(w, &mut Inputs::new(x), Some((norm, eps)), fused)?
+            .is_some()
+        {
+            return Ok(());
+        }
+        let h = self.rms_norm_copy(x, norm, eps)?;
+        self.matmul3(w, &h, [o0, o1, o2])
+    }
+
+    fn rms_norm_gated_matmul(
+        &self,
+        x: &WgpuTensor,
+        norm: &WgpuWeight,
+        eps: f32,
+        gate: &WgpuWeight,
+        up: &WgpuWeight,
+        act: Activation,
+        out: &mut WgpuTensor,
+    ) -> Result<(), BackendError> {
+        if act == Activation::Silu {
+            check_matmul(gate, x, out)?;
+            check_matmul(up, x, out)?;
+            // As in `rms_norm_matmul3`: the gate/up kernel norms the row itself in decode.
+            let norm = Some((norm, eps));
+            if self
+                .matmul_int8_glu(gate, up, &mut Inputs::new(x), norm, out)?
+                .is_some()
+            {
+                return Ok(());
+            }
+        }
+        let h = self.rms_norm_copy(x, norm, eps)?;
+        self.gated_matmul(gate, up, &h, act, out)
     }
 
     fn matmul_add(

@@ -24,6 +24,8 @@ pub struct AdapterInfo {
     pub max_binding: u64,
     /// The largest buffer, in bytes.
     pub max_buffer: u64,
+    /// Workgroup memory a kernel may use, in bytes.
+    pub max_workgroup_memory: usize,
 }
 
 /// Which multiply-add the 8-bit matmuls use.
@@ -123,6 +125,7 @@ impl Gpu {
             timestamps,
             max_binding: limits.max_storage_buffer_binding_size as u64,
             max_buffer: limits.max_buffer_size,
+            max_workgroup_memory: limits.max_compute_workgroup_storage_size as usize,
         };
         Ok(Gpu {
             device,

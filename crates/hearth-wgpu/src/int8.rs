@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use hearth_quant::GgmlType;
 
 use crate::backend::{check, words, WgpuBackend, WgpuTensor, WgpuWeight};
-use crate::kernels::{int8_reader, Module};
+use crate::kernels::{int8_reader, row_words, Int8Input, Module, INT8_ROW_OVERHEAD};
 use crate::recorder::{Bind, Grid};
 
 /// What the 8-bit matmul does with each output value (`epilogue` in matmul_int8.wgsl).
@@ -41,6 +41,73 @@ pub(crate) struct Int8Acts {
     pub scales: usize,
     /// First word of the Q8_K group sums (16 per block).
     pub sums: usize,
+}
+
+/// Tokens up to which the q/k/v and gate/up matmuls norm and quantize their input rows
+/// themselves (`Int8Input::NormedRow`): decode batches. Every workgroup does its token's row,
+/// so for longer inputs one norm dispatch is cheaper.
+const NORMED_INPUT_MAX_TOKENS: usize = 8;
+
+/// Output features up to which a matmul norms and quantizes its input rows itself: a layer's
+/// projections, whose workgroups number in the thousands at most.
+const NORMED_INPUT_MAX_ROWS: usize = 32768;
+
+/// Jobs per workgroup of the kernels that norm and quantize their own input rows.
+const NORMED_JOBS: usize = Int8Input::NormedRow { words: 0 }.jobs();
+
+/// The activations one 8-bit matmul dispatch binds.
+struct Acts<'b> {
+    input: Int8Input,
+    buf: &'b wgpu::Buffer,
+    n_tokens: usize,
+    /// First word of the block scales (and of the Q8_K group sums) in the layout.
+    scales: usize,
+    sums: usize,
+    /// The RMSNorm weight and epsilon of `Int8Input::NormedRow`.
+    norm: Option<(&'b wgpu::Buffer, f32)>,
+}
+
+impl<'b> Acts<'b> {
+    fn quantized(q: &'b Int8Acts) -> Acts<'b> {
+        Acts {
+            input: Int8Input::Quantized,
+            buf: &q.buf.buf,
+            n_tokens: q.n_tokens,
+            scales: q.scales,
+            sums: q.sums,
+            norm: None,
+        }
+    }
+
+    /// f32 rows `x`, which each workgroup norms with `norm` (weight, epsilon) and quantizes.
+    fn normed(x: &'b WgpuTensor, (w, eps): (&'b WgpuWeight, f32)) -> Acts<'b> {
+        Acts {
+            input: Int8Input::NormedRow {
+                words: row_words(x.cols) as u32,
+            },
+            buf: &x.buf,
+            n_tokens: x.rows,
+            // The workgroup's copy holds one token: its quants, then its scales.
+            scales: x.cols / 4,
+            sums: 0,
+            norm: Some((w.vector(), eps)),
+        }
+    }
+
+    fn eps_bits(&self) -> u32 {
+        self.norm.map_or(0, |(_, eps)| eps.to_bits())
+    }
+
+    /// `binds` with the norm weight's binding appended where the kernel has one.
+    fn with_norm<'c>(&self, mut binds: Vec<Bind<'c>>) -> Vec<Bind<'c>>
+    where
+        'b: 'c,
+    {
+        if let Some((w, _)) = self.norm {
+            binds.push(Bind::Buffer(w));
+        }
+        binds
+    }
 }
 
 /// Elements per block of an activation type of the 8-bit path.
@@ -138,6 +205,7 @@ impl WgpuBackend {
         let Some(act) = int8_reader(w.ty).map(|r| r.act) else {
             return Ok(None);
         };
+        self.saw_int8(act);
         let q = self.int8_input(act, inputs)?;
         let y = out.written();
         let module = Module::MatmulInt8(w.ty, self.gpu.info.native_fma);
@@ -167,10 +235,35 @@ impl WgpuBackend {
                 Bind::Host(&params),
             ];
             // One workgroup per 4 (row, token) outputs: see kernels/matmul_int8.wgsl.
-            let groups = Grid::Groups((rows.len() * q.n_tokens).div_ceil(4));
+            let jobs = Int8Input::Quantized.jobs();
+            let groups = Grid::Groups((rows.len() * q.n_tokens).div_ceil(jobs));
             rec.dispatch(&self.gpu, module, "matmul", &binds, groups)?;
         }
         Ok(Some(()))
+    }
+
+    /// Notes an 8-bit matmul with `act` activations: once one with Q8_0 activations has been
+    /// seen, the norms in front of projections and the attention kernel also write their
+    /// output as Q8_0 blocks (a model of such weights).
+    fn saw_int8(&self, act: GgmlType) {
+        if act == GgmlType::Q8_0 {
+            self.norms_quantize.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the 8-bit matmuls of a group of weights of `rows` rows each can norm and
+    /// quantize `x`'s rows to `act` blocks themselves (`Int8Input::NormedRow`): Q8_0
+    /// activations, a decode batch, weights of whole workgroups of rows per token (see
+    /// matmul_int8_qkv.wgsl), and room in workgroup memory.
+    fn normed_input_fits(&self, act: GgmlType, x: &WgpuTensor, rows: &[usize]) -> bool {
+        let memory = 4 * row_words(x.cols) + INT8_ROW_OVERHEAD;
+        act == GgmlType::Q8_0
+            && x.rows <= NORMED_INPUT_MAX_TOKENS
+            && x.cols.is_multiple_of(32)
+            && rows
+                .iter()
+                .all(|&r| r.is_multiple_of(NORMED_JOBS) && r <= NORMED_INPUT_MAX_ROWS)
+            && memory <= self.gpu.info.max_workgroup_memory
     }
 
     /// `inputs.x` quantized to `act` blocks: by the kernel that wrote it, by an earlier matmul
@@ -183,9 +276,6 @@ impl WgpuBackend {
     where
         'a: 'b,
     {
-        if act == GgmlType::Q8_0 {
-            self.norms_quantize.store(true, Ordering::Relaxed);
-        }
         let x: &'a WgpuTensor = inputs.x;
         Ok(match x.int8.as_deref().filter(|q| q.act == act) {
             Some(q) => q,
@@ -200,20 +290,54 @@ impl WgpuBackend {
         })
     }
 
+    /// The activations of an 8-bit matmul of a group (weights of `rows` rows each) over
+    /// `inputs`: with `norm` (an RMSNorm weight and epsilon), `inputs.x` normed and quantized
+    /// by each workgroup, or `None` where that path is not open; without, as `matmul_int8`
+    /// reads them.
+    fn group_acts<'a, 'b>(
+        &self,
+        act: GgmlType,
+        inputs: &'b mut Inputs<'a>,
+        rows: &[usize],
+        norm: Option<(&'b WgpuWeight, f32)>,
+    ) -> Result<Option<Acts<'b>>, BackendError>
+    where
+        'a: 'b,
+    {
+        self.saw_int8(act);
+        let x: &'a WgpuTensor = inputs.x;
+        match norm {
+            Some((w, eps)) => {
+                let fits = w.rows == 1 && w.cols == x.cols && self.normed_input_fits(act, x, rows);
+                Ok(fits.then(|| Acts::normed(x, (w, eps))))
+            }
+            None => Ok(Some(Acts::quantized(self.int8_input(act, inputs)?))),
+        }
+    }
+
     /// `out[i] = W[i] · x` in one dispatch where the weights are of one group side by side
-    /// (`Some(())`), else `None` and nothing is done. Shapes are checked by the caller.
+    /// (`Some(())`), else `None` and nothing is done; `x` is `inputs.x`, or RMSNorm of it
+    /// with `norm` (then `None` also where the kernel cannot norm it). Shapes are checked by
+    /// the caller.
     pub(crate) fn matmul_int8_qkv<'a>(
         &self,
         w: [&WgpuWeight; 3],
         inputs: &mut Inputs<'a>,
+        norm: Option<(&WgpuWeight, f32)>,
         out: [&mut WgpuTensor; 3],
     ) -> Result<Option<()>, BackendError> {
         let (Some(r), Some((binding, bases))) = (int8_reader(w[0].ty), side_by_side(&w)) else {
             return Ok(None);
         };
-        let q = self.int8_input(r.act, inputs)?;
+        let rows = w.map(|w| w.rows);
+        let Some(q) = self.group_acts(r.act, inputs, &rows, norm)? else {
+            return Ok(None);
+        };
         let n = q.n_tokens;
-        let groups: Vec<usize> = w.iter().map(|w| (w.rows * n).div_ceil(4)).collect();
+        let groups: Vec<usize> = rows
+            .iter()
+            .map(|r| (r * n).div_ceil(q.input.jobs()))
+            .collect();
         let params = words(&[
             w[0].cols as u32,
             n as u32,
@@ -221,27 +345,27 @@ impl WgpuBackend {
             q.scales as u32,
             q.sums as u32,
             0,
-            w[0].rows as u32,
-            w[1].rows as u32,
-            w[2].rows as u32,
+            q.eps_bits(),
+            rows[0] as u32,
+            rows[1] as u32,
+            rows[2] as u32,
             bases[1] as u32,
             bases[2] as u32,
             groups[0] as u32,
             groups[1] as u32,
             0,
             0,
-            0,
         ]);
         let [o0, o1, o2] = out;
-        let binds = [
+        let binds = q.with_norm(vec![
             binding,
-            Bind::Buffer(&q.buf.buf),
+            Bind::Buffer(q.buf),
             Bind::Buffer(o0.written()),
             Bind::Buffer(o1.written()),
             Bind::Buffer(o2.written()),
             Bind::Host(&params),
-        ];
-        let module = Module::MatmulInt8Qkv(w[0].ty, self.gpu.info.native_fma);
+        ]);
+        let module = Module::MatmulInt8Qkv(w[0].ty, self.gpu.info.native_fma, q.input);
         let grid = Grid::Groups(groups.iter().sum());
         self.recorder()
             .dispatch(&self.gpu, module, "matmul_qkv", &binds, grid)?;
@@ -249,13 +373,14 @@ impl WgpuBackend {
     }
 
     /// `out = silu(gate · x) · (up · x)` in one dispatch where gate and up are of one group
-    /// side by side (`Some(())`), else `None` and nothing is done. Shapes are checked by the
-    /// caller.
+    /// side by side (`Some(())`), else `None` and nothing is done; `x` as for
+    /// `matmul_int8_qkv`. Shapes are checked by the caller.
     pub(crate) fn matmul_int8_glu<'a>(
         &self,
         gate: &WgpuWeight,
         up: &WgpuWeight,
         inputs: &mut Inputs<'a>,
+        norm: Option<(&WgpuWeight, f32)>,
         out: &mut WgpuTensor,
     ) -> Result<Option<()>, BackendError> {
         let pair = [gate, up];
@@ -265,7 +390,9 @@ impl WgpuBackend {
         if gate.rows != up.rows {
             return Ok(None);
         }
-        let q = self.int8_input(r.act, inputs)?;
+        let Some(q) = self.group_acts(r.act, inputs, &[gate.rows], norm)? else {
+            return Ok(None);
+        };
         let n = q.n_tokens;
         let params = words(&[
             gate.cols as u32,
@@ -276,16 +403,20 @@ impl WgpuBackend {
             0,
             gate.rows as u32,
             bases[1] as u32,
+            q.eps_bits(),
+            0,
+            0,
+            0,
         ]);
-        let binds = [
+        let binds = q.with_norm(vec![
             binding,
-            Bind::Buffer(&q.buf.buf),
+            Bind::Buffer(q.buf),
             Bind::Buffer(out.written()),
             Bind::Host(&params),
-        ];
-        let module = Module::MatmulInt8Glu(gate.ty, self.gpu.info.native_fma);
-        // Two outputs (a gate and an up job each) per workgroup.
-        let grid = Grid::Groups((gate.rows * n).div_ceil(2));
+        ]);
+        let module = Module::MatmulInt8Glu(gate.ty, self.gpu.info.native_fma, q.input);
+        // `jobs / 2` outputs (a gate and an up job each) per workgroup.
+        let grid = Grid::Groups((gate.rows * n).div_ceil(q.input.jobs() / 2));
         self.recorder()
             .dispatch(&self.gpu, module, "matmul_glu", &binds, grid)?;
         Ok(Some(()))

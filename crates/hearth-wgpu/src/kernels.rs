@@ -15,6 +15,8 @@ const MATMUL_INT8_COMMON: &str = include_str!("kernels/matmul_int8_common.wgsl")
 const MATMUL_INT8: &str = include_str!("kernels/matmul_int8.wgsl");
 const MATMUL_INT8_QKV: &str = include_str!("kernels/matmul_int8_qkv.wgsl");
 const MATMUL_INT8_GLU: &str = include_str!("kernels/matmul_int8_glu.wgsl");
+const INT8_INPUT_QUANTIZED: &str = include_str!("kernels/int8_input_quantized.wgsl");
+const INT8_INPUT_NORMED: &str = include_str!("kernels/int8_input_normed.wgsl");
 const QUANTIZE: &str = include_str!("kernels/quantize.wgsl");
 const QUANTIZE_COMMON: &str = include_str!("kernels/quantize_common.wgsl");
 const FMA: &str = include_str!("kernels/fma.wgsl");
@@ -57,6 +59,38 @@ pub const INT8_TYPES: &[GgmlType] = &[
     GgmlType::Q6_K,
 ];
 
+/// Where an 8-bit matmul finds its activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Int8Input {
+    /// Quantized already, in quantize.wgsl's layout (kernels/int8_input_quantized.wgsl).
+    Quantized,
+    /// f32 rows before their RMSNorm, which each workgroup norms and quantizes to Q8_0 into
+    /// `words` words of its own memory (`row_words`; kernels/int8_input_normed.wgsl). Only
+    /// for weight types with Q8_0 activations.
+    NormedRow { words: u32 },
+}
+
+impl Int8Input {
+    /// (row, token) outputs per workgroup of the 8-bit matmul (`JOBS`), 16 threads each.
+    pub const fn jobs(self) -> usize {
+        match self {
+            Int8Input::Quantized => 4,
+            Int8Input::NormedRow { .. } => 16,
+        }
+    }
+}
+
+/// Words of workgroup memory that hold one row of `cols` activations quantized to Q8_0 (the
+/// quants, then the block scales).
+pub fn row_words(cols: usize) -> usize {
+    cols / 4 + cols / 32
+}
+
+/// Bytes of workgroup memory an 8-bit matmul module needs besides its
+/// `Int8Input::NormedRow` words: the lane chains and mins (matmul_int8_common.wgsl), the
+/// norm's sums (int8_input_normed.wgsl), quantize_common.wgsl's `part_max` and the SwiGLU's sums, rounded up.
+pub const INT8_ROW_OVERHEAD: usize = 5120;
+
 /// One WGSL module: which source, and for weight kernels which type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Module {
@@ -66,10 +100,11 @@ pub enum Module {
     /// final sum has a fixed order), and whether it uses the device's `fma` (`true`, where
     /// that is fused) or the exact emulation of fma.wgsl.
     MatmulInt8(GgmlType, bool),
-    /// `MatmulInt8` over two or three weights of a group (q, k, v) in one dispatch.
-    MatmulInt8Qkv(GgmlType, bool),
+    /// `MatmulInt8` over two or three weights of a group (q, k, v) in one dispatch, and
+    /// where its activations are.
+    MatmulInt8Qkv(GgmlType, bool, Int8Input),
     /// `MatmulInt8` over a gate and an up weight of a group, with the SwiGLU.
-    MatmulInt8Glu(GgmlType, bool),
+    MatmulInt8Glu(GgmlType, bool, Int8Input),
     /// Activation quantization to Q8_0 / Q8_K blocks for `MatmulInt8`.
     Quantize,
     Embed(GgmlType),
@@ -110,13 +145,20 @@ impl Module {
             .flat_map(|&t| [Module::Matmul(t, false), Module::Matmul(t, true)])
             .collect();
         for native_fma in [false, true] {
-            all.extend(INT8_TYPES.iter().flat_map(|&t| {
-                [
-                    Module::MatmulInt8(t, native_fma),
-                    Module::MatmulInt8Qkv(t, native_fma),
-                    Module::MatmulInt8Glu(t, native_fma),
-                ]
-            }));
+            for &t in INT8_TYPES {
+                all.push(Module::MatmulInt8(t, native_fma));
+                let mut inputs = vec![Int8Input::Quantized];
+                if int8_reader(t).is_some_and(|r| r.act == GgmlType::Q8_0) {
+                    let words = row_words(1024) as u32;
+                    inputs.push(Int8Input::NormedRow { words });
+                }
+                for input in inputs {
+                    all.extend([
+                        Module::MatmulInt8Qkv(t, native_fma, input),
+                        Module::MatmulInt8Glu(t, native_fma, input),
+                    ]);
+                }
+            }
         }
         all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
         all.extend([Module::Quantize, Module::Rope, Module::EmbedMlx]);
@@ -144,6 +186,9 @@ impl Module {
     /// The bindings of group 0, in binding order.
     pub fn bindings(self) -> &'static [Access] {
         match self {
+            // Int8Input::NormedRow adds the norm weight's binding at the end.
+            Module::MatmulInt8Glu(.., Int8Input::NormedRow { .. }) => &[R, R, RW, R, R],
+            Module::MatmulInt8Qkv(.., Int8Input::NormedRow { .. }) => &[R, R, RW, RW, RW, R, R],
             Module::Matmul(..)
             | Module::MatmulInt8(..)
             | Module::MatmulInt8Glu(..)
@@ -166,9 +211,9 @@ impl Module {
         match self {
             Module::Matmul(t, false) => weight_source(&[MATMUL, MATMUL_SHARED], t),
             Module::Matmul(t, true) => weight_source(&[MATMUL, MATMUL_SUBGROUP], t),
-            Module::MatmulInt8(t, native_fma) => int8_source(t, native_fma, MATMUL_INT8),
-            Module::MatmulInt8Qkv(t, native_fma) => int8_source(t, native_fma, MATMUL_INT8_QKV),
-            Module::MatmulInt8Glu(t, native_fma) => int8_source(t, native_fma, MATMUL_INT8_GLU),
+            Module::MatmulInt8(t, f) => int8_source(t, f, MATMUL_INT8, Int8Input::Quantized),
+            Module::MatmulInt8Qkv(t, f, input) => int8_source(t, f, MATMUL_INT8_QKV, input),
+            Module::MatmulInt8Glu(t, f, input) => int8_source(t, f, MATMUL_INT8_GLU, input),
             Module::Embed(t) => weight_source(&[EMBED], t),
             Module::MatmulMlx(bits, gs) => mlx_source(bits, gs, MLX_MATMUL, ""),
             Module::MatmulMlxQkv(bits, gs) => mlx_source(bits, gs, MLX_MATMUL_QKV, ""),
@@ -304,13 +349,30 @@ fn int8_common(native_fma: bool) -> String {
     }
 }
 
-/// The 8-bit matmul module of weight type `ty` with entry point file `entry`.
-fn int8_source(ty: GgmlType, native_fma: bool, entry: &str) -> String {
+/// The 8-bit matmul module of weight type `ty` with entry point file `entry`, reading its
+/// activations as `input` says.
+fn int8_source(ty: GgmlType, native_fma: bool, entry: &str, input: Int8Input) -> String {
     // Module::all() and the backend only build these modules for INT8_TYPES.
     let Some(r) = int8_reader(ty) else {
         return format!("// no 8-bit matmul for {ty}");
     };
-    let kernel = format!("{entry}\n{}", int8_common(native_fma))
+    let input_src = match input {
+        Int8Input::Quantized => INT8_INPUT_QUANTIZED.to_string(),
+        Int8Input::NormedRow { words } => {
+            // The norm weight's binding follows the entry's last one (see `bindings`).
+            let norm_binding = if entry == MATMUL_INT8_QKV { 6 } else { 4 };
+            let row = INT8_INPUT_NORMED
+                .replace("NORM_BINDING", &norm_binding.to_string())
+                .replace("ACT_WORDS", &format!("{words}u"));
+            format!("{QUANTIZE_COMMON}\n{DOUBLE_WORD}\n{row}")
+        }
+    };
+    let jobs = input.jobs();
+    let kernel = format!("{entry}\n{input_src}\n{}", int8_common(native_fma))
+        .replace("GROUP_THREADS", &(16 * jobs).to_string())
+        .replace("JOB_COUNT", &jobs.to_string())
+        .replace("CHAIN_SLOTS", &(16 * jobs).to_string())
+        .replace("MIN_SLOTS", &(8 * jobs).to_string())
         .replace("QBLOCK_BYTES", &format!("{}u", r.block_bytes))
         .replace("QBLOCK", &format!("{}u", r.block))
         .replace("QLANE", r.lane)

@@ -19,19 +19,20 @@ struct MatParams {
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;       // [part_rows] rows of blocks
-@group(0) @binding(1) var<storage, read> x: array<u32>;       // quantize.wgsl's layout
 @group(0) @binding(2) var<storage, read_write> y: array<f32>; // [n_tokens, rows]
 @group(0) @binding(3) var<storage, read> p: MatParams;
+// binding 1: the activations (see the int8_input files)
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(GROUP_THREADS)
 fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
-    let job = flat_group(wg, nwg) * JOBS + lid / 16u;
+    let g = flat_group(wg, nwg);
+    let job = g * JOBS + lid / 16u;
     let live = job < p.part_rows * p.n_tokens;
     let w_row = job % p.part_rows; // in this part's binding
     let row = p.row0 + w_row;      // the output feature
     let t = job / p.part_rows;
-    job_chains(live, w_row * p.row_bytes, t, lid);
+    job_chains(live, w_row * p.row_bytes, act_token(t), lid);
     workgroupBarrier();
     if (live && lid % 16u == 0u) {
         var sum = job_sum(lid);

@@ -12,11 +12,16 @@
 //  result:    v_l = acc0_l + acc1_l;  s_i = v_i + v_(i+4);  (s_0 + s_2) + (s_1 + s_3)
 // ```
 // (Q4_K and Q5_K also keep 8 lanes of their mins, over every block, and subtract their sum
-// the same way.) Here 16 threads run the 16 chains of one (row, token) job, 4 jobs per
+// the same way.) Here 16 threads run the 16 chains of one (row, token) job, JOBS jobs per
 // workgroup (`job_chains`), and the first thread of each job adds the lanes up in that order
 // (`job_sum`). The entry points (matmul_int8.wgsl, matmul_int8_qkv.wgsl, matmul_int8_glu.wgsl)
-// say which row and token each job is and where its sum goes; each declares `w`, `x` and a
-// parameter struct `p` with `cols`, `row_bytes`, `x_scales`, `x_sums` and `zero`.
+// say which row and token each job is and where its sum goes; each declares `w` and a
+// parameter struct `p` with `cols`, `row_bytes`, `x_scales`, `x_sums` and `zero` (and `eps`
+// where the activations are normed in the kernel). The activations come from one of two input
+// files: int8_input_quantized.wgsl (quantized already, in quantize.wgsl's layout) or
+// int8_input_normed.wgsl (f32 rows that each workgroup norms and quantizes itself, for the
+// q/k/v and gate/up entries); both give word i of the layout as `act(i)` and the token a job
+// reads as `act_token(t)`.
 // QLANE(b, l, t, k) gives `(d_w · d_x, f32(L_l))` for the weight block at byte b; QMINS the
 // mins chain.
 //
@@ -29,9 +34,12 @@
 // `fma`, which a driver may split into a rounded product and a rounded sum (lavapipe does):
 // one bit there moves the small golden models past their bounds.
 
-const JOBS: u32 = 4u;                  // (row, token) outputs per workgroup
-var<workgroup> chains: array<f32, 64>; // [JOBS, 2 (block parity), 8 lanes]
-var<workgroup> mins: array<f32, 32>;   // [JOBS, 8 lanes]
+// (row, token) outputs per workgroup, 16 threads each: 4 where the activations are quantized
+// already, 16 where each workgroup norms and quantizes them itself (see
+// int8_input_normed.wgsl); set per module (kernels.rs).
+const JOBS: u32 = JOB_COUNTu;
+var<workgroup> chains: array<f32, CHAIN_SLOTS>; // [JOBS, 2 (block parity), 8 lanes]
+var<workgroup> mins: array<f32, MIN_SLOTS>;     // [JOBS, 8 lanes]
 
 // The 4 bytes of w from byte i on (i even: blocks of 18, 22, 34 or 210 bytes start at any even
 // byte, so their fields may straddle two words).
@@ -56,12 +64,12 @@ fn act_q(t: u32, e: u32) -> u32 {
 
 // The scale of token t's activation block k (blocks of `size` elements).
 fn act_scale(t: u32, k: u32, size: u32) -> f32 {
-    return bitcast<f32>(x[p.x_scales + t * (p.cols / size) + k]);
+    return bitcast<f32>(act(p.x_scales + t * (p.cols / size) + k));
 }
 
 // Q8_0: f16 d, 32 × i8.
 fn lane_q8_0(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
-    let li = dot4I8Packed(word_at2(b + 2u + 4u * l), x[act_q(t, 32u * k) + l]);
+    let li = dot4I8Packed(word_at2(b + 2u + 4u * l), act(act_q(t, 32u * k) + l));
     return vec2<f32>(half_at(b) * act_scale(t, k, 32u), f32(li));
 }
 
@@ -70,7 +78,7 @@ fn lane_q8_0(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
 fn lane_q4_0(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
     let v = word_at2(b + 2u + 4u * (l % 4u));
     let q = sub_bytes((v >> (4u * (l / 4u))) & 0x0f0f0f0fu, 8u);
-    let li = dot4I8Packed(q, x[act_q(t, 32u * k) + l]);
+    let li = dot4I8Packed(q, act(act_q(t, 32u * k) + l));
     return vec2<f32>(half_at(b) * act_scale(t, k, 32u), f32(li));
 }
 
@@ -82,7 +90,7 @@ fn lane_q5_0(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
     let hb = (word_at2(b + 2u) >> (4u * l)) & 0xfu;
     let spread = (hb & 1u) | ((hb & 2u) << 7u) | ((hb & 4u) << 14u) | ((hb & 8u) << 21u);
     let q = sub_bytes(((v >> (4u * (l / 4u))) & 0x0f0f0f0fu) | (spread << 4u), 16u);
-    let li = dot4I8Packed(q, x[act_q(t, 32u * k) + l]);
+    let li = dot4I8Packed(q, act(act_q(t, 32u * k) + l));
     return vec2<f32>(half_at(b) * act_scale(t, k, 32u), f32(li));
 }
 
@@ -95,8 +103,8 @@ fn lane_q4_k(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
         let q = w[(b + 16u + 32u * j) / 4u + l];
         let s0 = i32(scale_min_k4(b + 4u, 2u * j).x);
         let s1 = i32(scale_min_k4(b + 4u, 2u * j + 1u).x);
-        li += s0 * dot4I8Packed(q & 0x0f0f0f0fu, x[xq + 16u * j]);
-        li += s1 * dot4I8Packed((q >> 4u) & 0x0f0f0f0fu, x[xq + 16u * j + 8u]);
+        li += s0 * dot4I8Packed(q & 0x0f0f0f0fu, act(xq + 16u * j));
+        li += s1 * dot4I8Packed((q >> 4u) & 0x0f0f0f0fu, act(xq + 16u * j + 8u));
     }
     return vec2<f32>(act_scale(t, k, 256u) * half_at(b), f32(li));
 }
@@ -130,7 +138,7 @@ fn mins_k4(rb: u32, g: u32, t: u32) -> f32 {
 fn min_term_k4(rb: u32, g: u32, t: u32, k: u32, nb: u32) -> vec2<f32> {
     let b = rb + QBLOCK_BYTES * k;
     let s = p.x_sums + 16u * (t * nb + k) + 2u * g;
-    let gsum = bitcast<i32>(x[s]) + bitcast<i32>(x[s + 1u]);
+    let gsum = bitcast<i32>(act(s)) + bitcast<i32>(act(s + 1u));
     let li = i32(scale_min_k4(b + 4u, g).y) * gsum;
     return vec2<f32>(act_scale(t, k, 256u) * half_at(b + 2u), f32(li));
 }
@@ -153,8 +161,8 @@ fn lane_q5_k(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
         let h1 = ((qh >> (2u * j + 1u)) & 0x01010101u) << 4u;
         let s0 = i32(scale_min_k4(b + 4u, 2u * j).x);
         let s1 = i32(scale_min_k4(b + 4u, 2u * j + 1u).x);
-        li += s0 * dot4I8Packed((q & 0x0f0f0f0fu) | h0, x[xq + 16u * j]);
-        li += s1 * dot4I8Packed(((q >> 4u) & 0x0f0f0f0fu) | h1, x[xq + 16u * j + 8u]);
+        li += s0 * dot4I8Packed((q & 0x0f0f0f0fu) | h0, act(xq + 16u * j));
+        li += s1 * dot4I8Packed(((q >> 4u) & 0x0f0f0f0fu) | h1, act(xq + 16u * j + 8u));
     }
     return vec2<f32>(act_scale(t, k, 256u) * half_at(b), f32(li));
 }
@@ -171,12 +179,12 @@ fn lane_q6_k(b: u32, l: u32, t: u32, k: u32) -> vec2<f32> {
             let lo = (word_at2(b + 64u * h + 32u * (s % 2u) + 4u * l) >> (4u * (s / 2u))) & 0x0f0f0f0fu;
             let hi = (word_at2(b + 128u + 32u * h + 4u * l) >> (2u * s)) & 0x03030303u;
             let g = 8u * h + 2u * s + l / 4u;
-            li += sbyte_at(b + 192u + g) * dot4I8Packed(lo | (hi << 4u), x[xq + 32u * h + 8u * s]);
+            li += sbyte_at(b + 192u + g) * dot4I8Packed(lo | (hi << 4u), act(xq + 32u * h + 8u * s));
         }
     }
     let sums = p.x_sums + 16u * (t * (p.cols / 256u) + k) + 2u * l;
-    let offs = bitcast<i32>(x[sums]) * sbyte_at(b + 192u + 2u * l)
-        + bitcast<i32>(x[sums + 1u]) * sbyte_at(b + 193u + 2u * l);
+    let offs = bitcast<i32>(act(sums)) * sbyte_at(b + 192u + 2u * l)
+        + bitcast<i32>(act(sums + 1u)) * sbyte_at(b + 193u + 2u * l);
     return vec2<f32>(act_scale(t, k, 256u) * half_at(b + 208u), f32(li - 32 * offs));
 }
 
