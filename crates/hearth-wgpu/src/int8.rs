@@ -159,8 +159,13 @@ impl WgpuBackend {
             Bind::Buffer(q.buf.written()),
             Bind::Host(&params),
         ];
-        self.recorder()
-            .dispatch(&self.gpu, Module::Quantize, entry, &binds, grid)?;
+        self.recorder().dispatch(
+            &self.gpu,
+            Module::Quantize(self.gpu.info.native_fma),
+            entry,
+            &binds,
+            grid,
+        )?;
         Ok(q)
     }
 

@@ -105,8 +105,9 @@ pub enum Module {
     MatmulInt8Qkv(GgmlType, bool, Int8Input),
     /// `MatmulInt8` over a gate and an up weight of a group, with the SwiGLU.
     MatmulInt8Glu(GgmlType, bool, Int8Input),
-    /// Activation quantization to Q8_0 / Q8_K blocks for `MatmulInt8`.
-    Quantize,
+    /// Activation quantization to Q8_0 / Q8_K blocks for `MatmulInt8`, with exact.wgsl's
+    /// division over the device's `fma` or not, as `Elementwise`.
+    Quantize(bool),
     Embed(GgmlType),
     /// The matmul of an MLX affine-quantized weight: bits (4 or 8) and group size (see
     /// `mlx.rs`).
@@ -161,7 +162,7 @@ impl Module {
             }
         }
         all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
-        all.extend([Module::Quantize, Module::Rope, Module::EmbedMlx]);
+        all.extend([Module::Rope, Module::EmbedMlx]);
         for bits in hearth_quant::MlxSpec::BITS {
             for gs in hearth_quant::MlxSpec::GROUP_SIZES.map(|gs| gs as u32) {
                 all.extend([
@@ -174,6 +175,7 @@ impl Module {
         }
         for native_fma in [false, true] {
             all.extend([
+                Module::Quantize(native_fma),
                 Module::Elementwise(native_fma),
                 Module::Norm(native_fma),
                 Module::Attention(native_fma),
@@ -200,7 +202,7 @@ impl Module {
             Module::Elementwise(_) => &[RW, R, R, R],
             Module::Norm(_) => &[RW, R, R, R, RW, RW, R],
             Module::Rope => &[RW, R, R],
-            Module::Quantize => &[R, RW, R],
+            Module::Quantize(_) => &[R, RW, R],
             Module::Attention(_) => &[R, R, R, RW, RW, RW, R, R, RW, R, R],
             Module::AttentionSplit(_) => &[R, R, R, RW, R, R, RW],
         }
@@ -221,7 +223,7 @@ impl Module {
                 mlx_source(bits, gs, MLX_MATMUL_GLU, &exact_math(f))
             }
             Module::EmbedMlx => format!("{PRELUDE}\n{DEQUANT}\n{MLX_COMMON}\n{MLX_EMBED}"),
-            Module::Quantize => format!("{PRELUDE}\n{QUANTIZE_COMMON}\n{QUANTIZE}"),
+            Module::Quantize(f) => with_exact(f, &[QUANTIZE_COMMON, QUANTIZE]),
             Module::Rope => format!("{PRELUDE}\n{ROPE}"),
             Module::Elementwise(f) => with_exact(f, &[ELEMENTWISE]),
             Module::Norm(f) => with_exact(f, &[QUANTIZE_COMMON, DOUBLE_WORD, NORM]),

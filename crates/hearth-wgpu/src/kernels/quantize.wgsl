@@ -12,9 +12,10 @@
 //
 // NOTE: WGSL's `/` is only accurate to 2.5 ulp (GPUs multiply by an approximate reciprocal),
 // and one ulp in `127 / amax` moves a value that sits near a rounding tie to the other
-// integer. The scales are therefore divided in integer arithmetic (`div_long_rn`), correctly
-// rounded as the CPU's `/` is. Inputs are assumed finite; f32 subnormal activations may be flushed to
-// zero by a device (Vulkan allows it), where the CPU keeps them.
+// integer. The scales are therefore divided correctly rounded, as the CPU's `/` is: Q8_0 with
+// exact.wgsl's `div_rn` (or the long division for tiny maxima, see `q8_0_divisions`), Q8_K in
+// integer arithmetic (`div_long_rn`). Inputs are assumed finite; f32 subnormal activations may
+// be flushed to zero by a device (Vulkan allows it), where the CPU keeps them.
 
 // The division and the Q8_0 block quantizer are in quantize_common.wgsl (norm.wgsl uses them
 // too).

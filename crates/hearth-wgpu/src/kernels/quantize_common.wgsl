@@ -1,5 +1,6 @@
-// Activation quantization shared by quantize.wgsl, norm.wgsl and attention.wgsl (see
-// quantize.wgsl for the layout and for why the division is done in integer arithmetic).
+// Activation quantization shared by quantize.wgsl, norm.wgsl, attention.wgsl and
+// int8_input_normed.wgsl (see quantize.wgsl for the layout and for why the divisions must be
+// correctly rounded). The including module provides exact.wgsl's `div_rn`.
 
 // 24-bit significand (hidden bit included) and unbiased exponent of a positive finite value,
 // normalized so that the significand's top bit is bit 23 (also for subnormals).
@@ -54,6 +55,19 @@ fn div_long_rn(a: f32, b: f32) -> f32 {
     return bitcast<f32>((u32(e + 127) << 23u) | (qt & 0x7fffffu));
 }
 
+// 127 / amax and amax / 127 for amax > 0, each correctly rounded.
+//
+// NOTE: exact.wgsl's `div_rn` (the device's division corrected with fma: a few operations)
+// where its range holds, which is every maximum from 2^-100 on; the long division (a 24-step
+// loop, ~2 µs of a decode kernel's critical path through NVIDIA's Vulkan) below that. Both
+// round correctly, so the quants do not depend on which one ran.
+fn q8_0_divisions(amax: f32) -> vec2<f32> {
+    if (amax >= 7.888609e-31) { // 2^-100
+        return vec2<f32>(div_rn(127.0, amax), div_rn(amax, 127.0));
+    }
+    return vec2<f32>(div_long_rn(127.0, amax), div_long_rn(amax, 127.0));
+}
+
 // The low byte of an integer-valued f32 in -128..=127.
 fn byte_of(v: f32) -> u32 {
     return u32(i32(v)) & 0xffu;
@@ -83,8 +97,9 @@ fn quantize_part_q8_0(v: vec4<f32>, lid: u32) -> vec2<u32> {
     var id = 0.0;
     var d = 0.0;
     if (amax != 0.0) {
-        id = div_long_rn(127.0, amax);
-        d = f16_round(div_long_rn(amax, 127.0));
+        let q = q8_0_divisions(amax);
+        id = q.x;
+        d = f16_round(q.y);
     }
     let word = byte_of(round(v.x * id)) | (byte_of(round(v.y * id)) << 8u)
         | (byte_of(round(v.z * id)) << 16u) | (byte_of(round(v.w * id)) << 24u);
