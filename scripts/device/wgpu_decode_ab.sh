@@ -2,7 +2,7 @@
 # One device call: wgpu decode before and after a change, next to CUDA, on the same models in
 # the same call. Needs .device-bin/ as scripts/device/build_cuda_bins.sh stages it, plus
 # .device-bin/hearth-base: the hearth binary of the commit to compare with. The Vulkan loader
-# comes from .gl/ as in wgpu_vulkan_check.sh (run that first in the same call, or alone).
+# comes from .gl/ (scripts/device/gpu_env.sh).
 # Rounds alternate base / new / CUDA on a synthetic Qwen3-0.6B shape (Q8_0 and Q4_0, quantized
 # by hearth), `hearth bench -p 512 -n 128 -r 3`; then a decode profile of the new binary.
 set -uo pipefail
@@ -13,17 +13,8 @@ work=${WORK:-$(mktemp -d)}
 rounds=${ROUNDS:-3}
 status=0
 
-if ! ldconfig -p | grep -q libvulkan; then
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-[ -f "$icd" ] && export VK_DRIVER_FILES=$icd
-export XDG_CACHE_HOME=$work/cache
-export PYTHONPATH=$work/py
-python3 -c 'import gguf' 2>/dev/null ||
-  python3 -m pip install -q --no-index --find-links "$bin/wheels" --no-deps --target "$work/py" \
-    gguf $(python3 -c 'import yaml' 2>/dev/null || echo pyyaml) >/dev/null
+# shellcheck source=scripts/device/gpu_env.sh
+source scripts/device/gpu_env.sh
 [ -f "$work/f16.gguf" ] ||
   python3 "$bin/synth_gguf.py" qwen3-0.6b "$work/f16.gguf" >"$out/synth.log" 2>&1 || status=1
 for ty in Q8_0 Q4_0; do

@@ -22,17 +22,8 @@ out=${OUT:-$(mktemp -d)}
 work=${WORK:-$(mktemp -d)}
 status=0
 
-if ! ldconfig -p | grep -q libvulkan; then
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-[ -f "$icd" ] && export VK_DRIVER_FILES=$icd
-if ! ldconfig -p | grep -q 'libnvrtc\.so'; then
-  lib=$(find /usr/local /usr/lib /opt -name 'libnvrtc.so.1[0-9]*' 2>/dev/null | sort | head -1)
-  [ -n "$lib" ] && export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-export XDG_CACHE_HOME=$work/cache
+# shellcheck source=scripts/device/gpu_env.sh
+source scripts/device/gpu_env.sh
 
 echo "== wgpu op conformance table"
 HEARTH_REQUIRE_WGPU=1 "$bin/test-wgpu-conformance" --test-threads=1 --nocapture 2>&1 |
@@ -48,10 +39,6 @@ HEARTH_TEST_DEVICE=wgpu HEARTH_REQUIRE_WGPU=1 "$bin/test-engine-golden_models" q
   qwen3_tiny_q8_0 --test-threads=1 --nocapture 2>&1 | tee "$out/golden-wgpu.log" |
   grep -E "^test |test result|panicked|worst|position" || status=1
 
-export PYTHONPATH=$work/py
-python3 -c 'import gguf' 2>/dev/null ||
-  python3 -m pip install -q --no-index --find-links "$bin/wheels" --no-deps --target "$work/py" \
-    gguf $(python3 -c 'import yaml' 2>/dev/null || echo pyyaml) >/dev/null
 python3 "$bin/synth_gguf.py" qwen3-0.6b "$work/f16.gguf" >"$out/synth.log" 2>&1 || status=1
 m=$work/qwen3-0.6b-Q8_0.gguf
 "$bin/hearth" quantize "$work/f16.gguf" "$m" Q8_0 >"$out/quantize.log" 2>&1 || status=1

@@ -1,0 +1,19 @@
+# Sourced by the device scripts that run hearth's GPU backends from binaries carried in
+# .device-bin/ (`$bin`), with scratch space in `$work`: the Vulkan loader (its Debian packages
+# carried in .gl/, see the device notes) and NVIDIA's ICD, NVRTC on the library path, a cache
+# directory, and the `gguf` Python package from the carried wheels.
+if ! ldconfig -p | grep -q libvulkan; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f "$icd" ] && export VK_DRIVER_FILES=$icd
+if ! ldconfig -p | grep -q 'libnvrtc\.so'; then
+  lib=$(find /usr/local /usr/lib /opt -name 'libnvrtc.so.1[0-9]*' 2>/dev/null | sort | head -1)
+  [ -n "$lib" ] && export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+export XDG_CACHE_HOME=$work/cache
+export PYTHONPATH=$work/py
+python3 -c 'import gguf' 2>/dev/null ||
+  python3 -m pip install -q --no-index --find-links "$bin/wheels" --no-deps --target "$work/py" \
+    gguf $(python3 -c 'import yaml' 2>/dev/null || echo pyyaml) >/dev/null
