@@ -18,11 +18,16 @@
 
 // d += a · b for one m16n8k16 tile (a: 16×16 row-major f16, b: 16×8 column-major f16).
 __device__ __forceinline__ void mma_f16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if __CUDA_ARCH__ >= 800
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    // The host launches no tensor-core kernel below sm_80 (`GpuInfo::has_mma`).
+    __trap();
+#endif
 }
 
 // Two f32 as f16 in one word, `lo` in the low half (the lower column of a fragment).

@@ -24,11 +24,16 @@
 
 // D = A (16x32 s8, row-major) * B (32x8 s8, column-major) + C, int32.
 __device__ __forceinline__ void mma_s8_16832(int* d, const u32* a, const u32* b) {
+#if __CUDA_ARCH__ >= 800
     asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};"
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    // The host launches no tensor-core kernel below sm_80 (`GpuInfo::has_mma`).
+    __trap();
+#endif
 }
 
 // One stage held in registers between its global loads and its shared-memory stores. Thread

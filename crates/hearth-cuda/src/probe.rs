@@ -31,6 +31,14 @@ impl GpuInfo {
         let (major, minor) = self.compute_capability;
         format!("sm_{major}{minor}")
     }
+
+    /// Whether the device has the tensor-core instructions of the MMQ and flash-prefill
+    /// kernels (`mma.sync` m16n8k32 on s8 and m16n8k16 on f16): sm_80 and later. Below (Turing),
+    /// those kernels are compiled without them and never launched: the GEMM and attention
+    /// kernels without tensor cores take their work.
+    pub fn has_mma(&self) -> bool {
+        self.compute_capability >= (8, 0)
+    }
 }
 
 impl std::fmt::Display for GpuInfo {

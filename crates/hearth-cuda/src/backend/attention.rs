@@ -30,6 +30,9 @@ impl CudaBackend {
         );
         let n = q.rows;
         let flash = flash_prefill_kernel(hd).filter(|_| {
+            if !self.dev.info().has_mma() {
+                return false;
+            }
             let longest = batch.seqs.iter().map(|s| s.n_tokens).max().unwrap_or(0);
             longest >= FLASH_MIN_QUERIES
         });

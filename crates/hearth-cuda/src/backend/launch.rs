@@ -237,7 +237,11 @@ impl CudaBackend {
             }
             return self.launch_mlx_gemv(st, w, m, x, out, accumulate);
         }
-        if let Some(name) = (n > GEMV_MAX_TOKENS).then(|| mmq_kernel(w, n)).flatten() {
+        let mma = self.dev.info().has_mma();
+        if let Some(name) = (n > GEMV_MAX_TOKENS && mma)
+            .then(|| mmq_kernel(w, n))
+            .flatten()
+        {
             return self.launch_mmq(st, name, w, x, out, accumulate);
         }
         // The GEMM path dequantizes whole 32-value groups (kernels/dequant.cu).
