@@ -31,8 +31,8 @@ HEARTH_REQUIRE_WGPU=1 "$bin/test-wgpu-conformance" --test-threads=1 --nocapture 
   status=1
 
 echo "== 8-bit matmuls that norm and quantize their own input, against the CPU"
-HEARTH_REQUIRE_WGPU=1 "$bin/test-wgpu-row_input" --test-threads=1 2>&1 |
-  tee "$out/row-input-wgpu.log" | grep -E "^test |test result|panicked" || status=1
+HEARTH_REQUIRE_WGPU=1 "$bin/test-wgpu-normed_input" --test-threads=1 2>&1 |
+  tee "$out/normed-input-wgpu.log" | grep -E "^test |test result|panicked" || status=1
 
 echo "== golden tests on wgpu (tiny Qwen3 f16 and Q8_0 fixtures, logits and greedy)"
 HEARTH_TEST_DEVICE=wgpu HEARTH_REQUIRE_WGPU=1 "$bin/test-engine-golden_models" qwen3_tiny_f16 \

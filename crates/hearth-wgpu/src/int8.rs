@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use hearth_quant::GgmlType;
 
 use crate::backend::{check, words, WgpuBackend, WgpuTensor, WgpuWeight};
-use crate::kernels::{int8_reader, row_words, Int8Input, Module, INT8_ROW_OVERHEAD};
+use crate::kernels::{int8_reader, row_words, Int8Input, Module, INT8_NORMED_OVERHEAD};
 use crate::recorder::{Bind, Grid};
 
 /// What the 8-bit matmul does with each output value (`epilogue` in matmul_int8.wgsl).
@@ -47,10 +47,6 @@ pub(crate) struct Int8Acts {
 /// themselves (`Int8Input::NormedRow`): decode batches. Every workgroup does its token's row,
 /// so for longer inputs one norm dispatch is cheaper.
 const NORMED_INPUT_MAX_TOKENS: usize = 8;
-
-/// Output features up to which a matmul norms and quantizes its input rows itself: a layer's
-/// projections, whose workgroups number in the thousands at most.
-const NORMED_INPUT_MAX_ROWS: usize = 32768;
 
 /// Jobs per workgroup of the kernels that norm and quantize their own input rows.
 const NORMED_JOBS: usize = Int8Input::NormedRow { words: 0 }.jobs();
@@ -261,13 +257,11 @@ impl WgpuBackend {
     /// activations, a decode batch, weights of whole workgroups of rows per token (see
     /// matmul_int8_qkv.wgsl), and room in workgroup memory.
     fn normed_input_fits(&self, act: GgmlType, x: &WgpuTensor, rows: &[usize]) -> bool {
-        let memory = 4 * row_words(x.cols) + INT8_ROW_OVERHEAD;
+        let memory = 4 * row_words(x.cols) + INT8_NORMED_OVERHEAD;
         act == GgmlType::Q8_0
             && x.rows <= NORMED_INPUT_MAX_TOKENS
             && x.cols.is_multiple_of(32)
-            && rows
-                .iter()
-                .all(|&r| r.is_multiple_of(NORMED_JOBS) && r <= NORMED_INPUT_MAX_ROWS)
+            && rows.iter().all(|&r| r.is_multiple_of(NORMED_JOBS))
             && memory <= self.gpu.info.max_workgroup_memory
     }
 

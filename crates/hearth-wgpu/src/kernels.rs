@@ -89,7 +89,7 @@ pub fn row_words(cols: usize) -> usize {
 /// Bytes of workgroup memory an 8-bit matmul module needs besides its
 /// `Int8Input::NormedRow` words: the lane chains and mins (matmul_int8_common.wgsl), the
 /// norm's sums (int8_input_normed.wgsl), quantize_common.wgsl's `part_max` and the SwiGLU's sums, rounded up.
-pub const INT8_ROW_OVERHEAD: usize = 5120;
+pub const INT8_NORMED_OVERHEAD: usize = 5120;
 
 /// One WGSL module: which source, and for weight kernels which type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
