@@ -57,7 +57,7 @@ pub(crate) fn dequant_blocks(n_rows: usize, n_cols: usize) -> u32 {
 const GEMV_WARPS_PER_BLOCK: u32 = 4;
 const GEMV_ROWS_PER_WARP: u32 = 2;
 const NORM_THREADS: u32 = 256;
-const ARGMAX_THREADS: u32 = 1024;
+pub(crate) const ARGMAX_THREADS: u32 = 1024;
 
 /// True when [`CudaDevice::gemv`] has a kernel for `ty`.
 pub fn gemv_supported(ty: GgmlType) -> bool {

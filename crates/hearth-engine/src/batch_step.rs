@@ -14,6 +14,13 @@ pub struct SeqStep<'a> {
     pub logits_rows: Vec<usize>,
 }
 
+/// What a step brings back for its wanted rows.
+#[derive(Clone, Copy)]
+enum Want {
+    Logits,
+    Argmax,
+}
+
 impl Engine {
     /// Run every sequence's next tokens in one batched forward pass. Returns, per sequence, the
     /// logits of its `logits_rows`, `[rows, n_vocab]` row-major. All or nothing: if KV blocks run
@@ -36,6 +43,20 @@ impl Engine {
     /// the other, `[Σ logits_rows, n_vocab]`, in the engine's buffer (valid until the next
     /// step). What a caller that only samples needs, without copying tens of MB a step.
     pub fn step_batch_logits(&mut self, work: &mut [SeqStep]) -> Result<&[f32], EngineError> {
+        self.run_step(work, Want::Logits)?;
+        Ok(&self.logits)
+    }
+
+    /// [`Engine::step_batch_logits`] for greedy decoding: the id of the largest logit of each
+    /// wanted row (ties to the lower id, as `hearth_sampler::argmax`), every sequence's rows
+    /// one after the other. A GPU finds them on the device and copies back one word per row
+    /// instead of the logits.
+    pub fn step_batch_argmax(&mut self, work: &mut [SeqStep]) -> Result<&[u32], EngineError> {
+        self.run_step(work, Want::Argmax)?;
+        Ok(&self.argmax)
+    }
+
+    fn run_step(&mut self, work: &mut [SeqStep], want: Want) -> Result<(), EngineError> {
         for w in work.iter() {
             let end = w.seq.tokens.len() + w.tokens.len();
             if w.tokens.is_empty() {
@@ -89,22 +110,21 @@ impl Engine {
             seqs: &seqs,
             logits_rows: &logits_rows,
         };
-        let mut logits = std::mem::take(&mut self.logits);
-        let result = self.runner.forward(&batch, BLOCK_SIZE, &mut logits);
+        let result = match want {
+            Want::Logits => self.runner.forward(&batch, BLOCK_SIZE, &mut self.logits),
+            Want::Argmax => self
+                .runner
+                .forward_argmax(&batch, BLOCK_SIZE, &mut self.argmax),
+        };
         drop(seqs);
-        match result {
-            Ok(()) => {}
-            Err(e) => {
-                self.logits = logits;
-                self.roll_back(work, &before);
-                return Err(e.into());
-            }
+        if let Err(e) = result {
+            self.roll_back(work, &before);
+            return Err(e.into());
         }
         for w in work.iter_mut() {
             w.seq.tokens.extend_from_slice(w.tokens);
         }
-        self.logits = logits;
-        Ok(&self.logits)
+        Ok(())
     }
 
     fn reserve_all(&mut self, work: &mut [SeqStep]) -> Result<(), EngineError> {

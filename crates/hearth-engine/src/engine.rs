@@ -75,6 +75,8 @@ pub struct Engine {
     pub(crate) runner: Box<dyn ModelRunner>,
     /// The last step's logits; kept to reuse its allocation.
     pub(crate) logits: Vec<f32>,
+    /// The last greedy step's token ids, reused across steps.
+    pub(crate) argmax: Vec<u32>,
     pub(crate) pool: BlockPool,
     pub tokenizer: Arc<Tokenizer>,
     prompt: PromptBuilder,
@@ -147,6 +149,7 @@ impl Engine {
         Ok(Self {
             runner: loaded.runner,
             logits: Vec::new(),
+            argmax: Vec::new(),
             pool: BlockPool::new(n_blocks, BLOCK_SIZE),
             prompt: PromptBuilder::new(tokenizer.clone(), template),
             tokenizer,
@@ -187,6 +190,25 @@ impl Engine {
     /// rest, and return the logits after the last token. At least the last token is always
     /// run, so that there are logits to return.
     pub fn feed(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let last = self.feed_all_but_last_chunk(seq, tokens)?;
+        self.step(seq, last)
+    }
+
+    /// [`Engine::feed`] for greedy decoding: returns the id of the most likely next token
+    /// (see [`Engine::step_argmax`]).
+    pub fn feed_argmax(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<u32, EngineError> {
+        let last = self.feed_all_but_last_chunk(seq, tokens)?;
+        self.step_argmax(seq, last)
+    }
+
+    /// Checks `tokens`, keeps the prefix of them `seq` caches, runs the rest in chunks of the
+    /// batch size but the last chunk, without logits, and returns that last chunk (never
+    /// empty).
+    fn feed_all_but_last_chunk<'t>(
+        &mut self,
+        seq: &mut Sequence,
+        tokens: &'t [u32],
+    ) -> Result<&'t [u32], EngineError> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
@@ -201,11 +223,13 @@ impl Engine {
         // that block); the rest is recomputed below.
         let kept = seq.table.truncate(&mut self.pool, common);
         seq.tokens.truncate(kept);
-        let mut logits = Vec::new();
-        for chunk in tokens[kept..].chunks(self.n_batch) {
-            logits = self.step(seq, chunk)?;
+        // NOTE: `kept < tokens.len()` (see `reusable_prefix`), so the last chunk has a token.
+        let rest = &tokens[kept..];
+        let split = (rest.len() - 1) / self.n_batch * self.n_batch;
+        for chunk in rest[..split].chunks(self.n_batch) {
+            self.step_rows(seq, chunk, &[])?;
         }
-        Ok(logits)
+        Ok(&rest[split..])
     }
 
     /// How many leading `tokens` `feed` can take from `seq`'s cache: the common prefix, less
@@ -217,6 +241,23 @@ impl Engine {
             .take_while(|(a, b)| a == b)
             .count()
             .min(tokens.len().saturating_sub(1))
+    }
+
+    /// [`Engine::step`] for greedy decoding: returns the id of the largest logit after the
+    /// last token (ties to the lower id, as `hearth_sampler::argmax`), found on the device.
+    pub fn step_argmax(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<u32, EngineError> {
+        let Some(last) = tokens.len().checked_sub(1) else {
+            return Err(EngineError::EmptyPrompt);
+        };
+        let mut work = [SeqStep {
+            seq,
+            tokens,
+            logits_rows: vec![last],
+        }];
+        let ids = self.step_batch_argmax(&mut work)?;
+        ids.first().copied().ok_or_else(|| {
+            EngineError::Invalid("the forward pass returned no token for its last row".into())
+        })
     }
 
     /// Run `tokens` as the next tokens of `seq`; returns the logits after the last one.

@@ -43,6 +43,13 @@ pub struct GenerationReport {
     pub finish: FinishReason,
 }
 
+/// What a step left for picking the next token.
+enum Next {
+    Logits(Vec<f32>),
+    /// Picked on the device already.
+    Token(u32),
+}
+
 impl Engine {
     /// Run `prompt` on `seq` and sample up to `max_tokens` tokens, passing the text of each to
     /// `on_text` as soon as it is complete UTF-8. `on_text` returns false to stop.
@@ -56,7 +63,14 @@ impl Engine {
     ) -> Result<GenerationReport, EngineError> {
         let t0 = Instant::now();
         let n_cached = Engine::reusable_prefix(seq, prompt);
-        let mut logits = self.feed(seq, prompt)?;
+        // NOTE: greedy decoding without penalties takes each token's argmax from the device
+        // (one word per step instead of the logits); the sampler would pick the same token.
+        let on_device = sampler.is_argmax();
+        let mut next = if on_device {
+            Next::Token(self.feed_argmax(seq, prompt)?)
+        } else {
+            Next::Logits(self.feed(seq, prompt)?)
+        };
         let prompt_time = t0.elapsed();
         let t1 = Instant::now();
         let mut report = GenerationReport {
@@ -71,7 +85,10 @@ impl Engine {
         let tokenizer = self.tokenizer.clone();
         let mut decoder = StreamDecoder::new(&tokenizer);
         while report.n_generated < max_tokens {
-            let token = sampler.sample(&logits, seq.tokens());
+            let token = match &next {
+                Next::Token(t) => *t,
+                Next::Logits(logits) => sampler.sample(logits, seq.tokens()),
+            };
             report.n_generated += 1;
             report.tokens.push(token);
             if tokenizer.is_eog(token) {
@@ -90,7 +107,11 @@ impl Engine {
                 report.finish = FinishReason::ContextFull;
                 break;
             }
-            logits = self.step(seq, &[token])?;
+            next = if on_device {
+                Next::Token(self.step_argmax(seq, &[token])?)
+            } else {
+                Next::Logits(self.step(seq, &[token])?)
+            };
         }
         let rest = decoder.finish();
         if !rest.is_empty() {

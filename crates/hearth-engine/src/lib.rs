@@ -22,7 +22,7 @@ pub use engine::{Engine, EngineOptions, ModelInfo};
 pub use error::EngineError;
 pub use generate::{FinishReason, GenerationReport};
 pub use hearth_backend::KvType;
-pub use plan_step::PlanLogits;
+pub use plan_step::{NextToken, PlanOutput};
 pub use prompt::PromptBuilder;
 pub use runner::Device;
 pub use sequence::Sequence;

@@ -8,23 +8,40 @@ use crate::engine::BLOCK_SIZE;
 use crate::scheduler::{RequestId, Scheduler, SchedulerConfig, StepPlan};
 use crate::{Engine, EngineError};
 
-/// The next-token logits of a plan's sampling sequences, in plan order: one `[n_vocab]` row
-/// each, kept in the forward pass's own buffer (no copy per sequence).
+/// What a plan's step left for each sequence that samples, in plan order: its next-token
+/// logits, one `[n_vocab]` row each, kept in the forward pass's own buffer (no copy per
+/// sequence); or, from [`Engine::run_plan_argmax`], the token the device picked.
 #[derive(Debug, Default)]
-pub struct PlanLogits {
+pub struct PlanOutput {
     ids: Vec<RequestId>,
-    /// `[ids.len(), n_vocab]` row-major.
+    /// `[ids.len(), n_vocab]` row-major; empty after a greedy step.
     rows: Vec<f32>,
+    /// One per id after a greedy step; empty otherwise.
+    tokens: Vec<u32>,
     n_vocab: usize,
 }
 
-impl PlanLogits {
-    /// (request, its logits row), in plan order.
-    pub fn iter(&self) -> impl Iterator<Item = (RequestId, &[f32])> {
-        self.ids
-            .iter()
-            .copied()
-            .zip(self.rows.chunks_exact(self.n_vocab.max(1)))
+/// One sampling sequence's share of a [`PlanOutput`].
+#[derive(Clone, Copy, Debug)]
+pub enum NextToken<'a> {
+    /// Its logits, to sample from.
+    Logits(&'a [f32]),
+    /// The largest logit's id, found on the device.
+    Picked(u32),
+}
+
+impl PlanOutput {
+    /// (request, what it samples from), in plan order.
+    pub fn iter(&self) -> impl Iterator<Item = (RequestId, NextToken<'_>)> {
+        // NOTE: `run_plan_with` checks that rows or tokens match the ids in number.
+        let n = self.n_vocab.max(1);
+        self.ids.iter().enumerate().map(move |(i, &id)| {
+            let next = match self.tokens.get(i) {
+                Some(&t) => NextToken::Picked(t),
+                None => NextToken::Logits(&self.rows[i * n..(i + 1) * n]),
+            };
+            (id, next)
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -36,11 +53,21 @@ impl PlanLogits {
     }
 }
 
+/// What a plan's step brings back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Logits,
+    Argmax,
+}
+
 impl Engine {
-    /// Give a step's logits back once they are used, so the next step reuses the buffer.
-    pub fn recycle(&mut self, logits: PlanLogits) {
-        if logits.rows.capacity() > self.logits.capacity() {
-            self.logits = logits.rows;
+    /// Give a step's output back once it is used, so the next step reuses its buffers.
+    pub fn recycle(&mut self, out: PlanOutput) {
+        if out.rows.capacity() > self.logits.capacity() {
+            self.logits = out.rows;
+        }
+        if out.tokens.capacity() > self.argmax.capacity() {
+            self.argmax = out.tokens;
         }
     }
 
@@ -54,7 +81,18 @@ impl Engine {
     /// One batched forward over every sequence of `plan`, each at its own positions and
     /// through its own block table. Returns the next-token logits of each sequence that
     /// samples, in plan order.
-    pub fn run_plan(&mut self, plan: &StepPlan) -> Result<PlanLogits, EngineError> {
+    pub fn run_plan(&mut self, plan: &StepPlan) -> Result<PlanOutput, EngineError> {
+        self.run_plan_with(plan, Want::Logits)
+    }
+
+    /// [`Engine::run_plan`] where every sampling sequence decodes greedily without
+    /// penalties: returns the id of each one's largest logit (ties to the lower id, as
+    /// `hearth_sampler::argmax`), found on the device, instead of its logits.
+    pub fn run_plan_argmax(&mut self, plan: &StepPlan) -> Result<PlanOutput, EngineError> {
+        self.run_plan_with(plan, Want::Argmax)
+    }
+
+    fn run_plan_with(&mut self, plan: &StepPlan, want: Want) -> Result<PlanOutput, EngineError> {
         let mut tokens = Vec::with_capacity(plan.n_tokens());
         let mut positions = Vec::with_capacity(plan.n_tokens());
         let mut logits_rows = Vec::new();
@@ -90,7 +128,7 @@ impl Engine {
             }
         }
         if tokens.is_empty() {
-            return Ok(PlanLogits::default());
+            return Ok(PlanOutput::default());
         }
         let batch = Batch {
             tokens: &tokens,
@@ -98,20 +136,42 @@ impl Engine {
             seqs: &seqs,
             logits_rows: &logits_rows,
         };
-        let mut logits = std::mem::take(&mut self.logits);
-        if let Err(e) = self.runner.forward(&batch, BLOCK_SIZE, &mut logits) {
-            self.logits = logits;
-            return Err(e.into());
+        let mut rows = std::mem::take(&mut self.logits);
+        let mut picked = std::mem::take(&mut self.argmax);
+        let result = match want {
+            Want::Logits => self.runner.forward(&batch, BLOCK_SIZE, &mut rows),
+            Want::Argmax => self.runner.forward_argmax(&batch, BLOCK_SIZE, &mut picked),
+        };
+        let n_vocab = self.n_vocab();
+        let complete = match want {
+            Want::Logits => rows.len() == logits_rows.len() * n_vocab,
+            Want::Argmax => picked.len() == logits_rows.len(),
+        };
+        if result.is_err() || !complete {
+            self.logits = rows;
+            self.argmax = picked;
+            result?;
+            return Err(EngineError::Invalid(format!(
+                "the forward pass returned a result of the wrong size for {} rows",
+                logits_rows.len()
+            )));
         }
-        Ok(PlanLogits {
+        // The buffer this step did not use stays with the engine. NOTE: an empty `tokens` is
+        // what makes `PlanOutput::iter` read the rows.
+        let (rows, picked) = match want {
+            Want::Logits => (rows, std::mem::replace(&mut self.argmax, picked)),
+            Want::Argmax => (std::mem::replace(&mut self.logits, rows), picked),
+        };
+        Ok(PlanOutput {
             ids: plan
                 .seqs
                 .iter()
                 .filter(|s| s.sample)
                 .map(|s| s.id)
                 .collect(),
-            rows: logits,
-            n_vocab: self.n_vocab(),
+            rows,
+            tokens: picked,
+            n_vocab,
         })
     }
 }

@@ -54,6 +54,14 @@ pub(crate) trait ModelRunner: Send {
         block_size: usize,
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError>;
+    /// One forward step that keeps only each wanted row's argmax (see
+    /// [`DecoderModel::forward_argmax_into`]).
+    fn forward_argmax(
+        &mut self,
+        batch: &Batch,
+        block_size: usize,
+        ids: &mut Vec<u32>,
+    ) -> Result<(), ModelError>;
     fn set_tracing(&self, on: bool);
     fn take_trace(&self) -> Vec<f32>;
 }
@@ -77,6 +85,16 @@ impl<B: Backend> ModelRunner for Loaded<B> {
     ) -> Result<(), ModelError> {
         self.model
             .forward_into(&self.backend, batch, &mut self.cache, block_size, logits)
+    }
+
+    fn forward_argmax(
+        &mut self,
+        batch: &Batch,
+        block_size: usize,
+        ids: &mut Vec<u32>,
+    ) -> Result<(), ModelError> {
+        self.model
+            .forward_argmax_into(&self.backend, batch, &mut self.cache, block_size, ids)
     }
 
     fn set_tracing(&self, on: bool) {

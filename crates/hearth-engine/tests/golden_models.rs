@@ -26,7 +26,7 @@
 mod common;
 
 use common::{argmax, golden_dir, model_path, open_engine, read_json};
-use hearth_engine::Sequence;
+use hearth_engine::{Engine, Sequence};
 use serde::Deserialize;
 
 /// Allowed error as a multiple of the reference's own batched-vs-sequential difference.
@@ -178,8 +178,10 @@ fn check_greedy(name: &str) {
         let mut seq = Sequence::new();
         let mut logits = engine.feed(&mut seq, &case.prompt_ids).expect("prompt");
         let mut matched = true;
+        let mut ours = Vec::new();
         for (i, &want) in case.ids.iter().enumerate() {
             let got = argmax(&logits);
+            ours.push(got);
             if got != want {
                 // Allowed only where both engines see a tie within the noise: llama.cpp's own
                 // margin was below it, and its choice is within it of ours in our logits.
@@ -204,8 +206,28 @@ fn check_greedy(name: &str) {
         }
         exact += matched as usize;
         engine.release(&mut seq);
+        check_device_argmax(name, &mut engine, &case.prompt_ids, &ours);
     }
     eprintln!("{name}: {exact}/{} continuations identical", g.cases.len());
+}
+
+/// The same continuation through the greedy path (`feed_argmax`, `step_argmax`: the argmax
+/// is taken on the device, where the backend has one) picks `ours`, the host's argmax of the
+/// logits, at every step.
+fn check_device_argmax(name: &str, engine: &mut Engine, prompt: &[u32], ours: &[u32]) {
+    let Some((_, fed)) = ours.split_last() else {
+        return;
+    };
+    let mut seq = Sequence::new();
+    let mut picked = vec![engine.feed_argmax(&mut seq, prompt).expect("prompt")];
+    for &t in fed {
+        picked.push(engine.step_argmax(&mut seq, &[t]).expect("decode step"));
+    }
+    engine.release(&mut seq);
+    assert_eq!(
+        picked, ours,
+        "{name}: the device's argmax differs from the host's"
+    );
 }
 
 #[test]

@@ -1,12 +1,13 @@
 //! The server's path: requests run through the scheduler, many per forward step, with chunked
 //! prefill, prefix caching and preemption. At temperature 0 every request must produce
-//! exactly the tokens it produces alone through the plain one-sequence path.
+//! exactly the tokens it produces alone through the plain one-sequence path, whether a step
+//! brings back logits or the device's argmax.
 
 mod common;
 
 use common::{model_path, open_engine};
 use hearth_engine::scheduler::{FinishReason, RequestId, SchedulerConfig};
-use hearth_engine::{Engine, EngineOptions, Sequence};
+use hearth_engine::{Engine, EngineOptions, NextToken, Sequence};
 use hearth_sampler::{argmax, Sampler, SamplingParams};
 
 const MAX_NEW: usize = 12;
@@ -66,14 +67,25 @@ fn scheduled(
         n_preempted += plan.preempted.len();
         assert!(plan.n_tokens() <= config.max_batch_tokens);
         assert!(plan.seqs.len() <= config.max_seqs);
-        let logits = engine.run_plan(&plan).expect("run plan");
-        let sampled: Vec<(RequestId, u32, bool)> = logits
+        // Every other step takes the device's argmax instead of the logits: both must give
+        // the tokens each request gives alone.
+        let step = if n_steps % 2 == 0 {
+            engine.run_plan_argmax(&plan)
+        } else {
+            engine.run_plan(&plan)
+        };
+        let step = step.expect("run plan");
+        let sampled: Vec<(RequestId, u32, bool)> = step
             .iter()
-            .map(|(id, row)| {
-                let t = argmax(row);
+            .map(|(id, next)| {
+                let t = match next {
+                    NextToken::Logits(row) => argmax(row),
+                    NextToken::Picked(t) => t,
+                };
                 (id, t, engine.tokenizer.is_eog(t))
             })
             .collect();
+        engine.recycle(step);
         for &(id, t, _) in &sampled {
             out[id as usize].push(t);
         }

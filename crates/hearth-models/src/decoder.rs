@@ -80,14 +80,19 @@ struct LayerRows<'a> {
     theta_scales: Option<&'a [f32]>,
 }
 
-/// What a forward pass returns for its wanted rows.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Head {
+/// What a forward pass returns for its wanted rows, and where.
+enum Head<'a> {
     /// Logits over the vocabulary.
-    Logits,
+    Logits(&'a mut Vec<f32>),
     /// The hidden state after the final norm.
-    Hidden,
+    Hidden(&'a mut Vec<f32>),
+    /// The id of each row's largest logit (see [`Backend::argmax_rows`]).
+    Argmax(&'a mut Vec<u32>),
 }
+
+/// Set in a replay key (see [`DecoderModel::graph_key`]) for passes that end in
+/// [`Head::Argmax`]: their last kernels differ from a logits pass of the same batch.
+const ARGMAX_KEY: u64 = 1 << 33;
 
 /// A decoder-only transformer on backend `B`.
 pub struct DecoderModel<B: Backend> {
@@ -246,14 +251,24 @@ impl<B: Backend> DecoderModel<B> {
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
         logits.clear();
-        self.check_batch(batch, block_size)?;
-        // NOTE: a batch that wants no logits (a prompt chunk that does not reach its end)
-        // still runs: its keys and values must reach the cache.
-        if batch.tokens.is_empty() {
-            return Ok(());
-        }
-        backend.begin_forward(self.graph_key(batch));
-        backend.run(|| self.forward_on(backend, batch, cache, block_size, Head::Logits, logits))
+        let key = self.graph_key(batch);
+        self.run_pass(backend, batch, cache, block_size, key, Head::Logits(logits))
+    }
+
+    /// Like [`Self::forward_into`], but writes only the id of the largest logit of each of
+    /// `batch.logits_rows` (ties to the lower id, as `hearth_sampler::argmax`): greedy
+    /// decoding without copying the logits off the device.
+    pub fn forward_argmax_into(
+        &self,
+        backend: &B,
+        batch: &Batch,
+        cache: &mut B::KvCache,
+        block_size: usize,
+        ids: &mut Vec<u32>,
+    ) -> Result<(), ModelError> {
+        ids.clear();
+        let key = self.graph_key(batch).map(|k| k | ARGMAX_KEY);
+        self.run_pass(backend, batch, cache, block_size, key, Head::Argmax(ids))
     }
 
     /// Like [`Self::forward_into`], but writes the final hidden states (after the final norm,
@@ -268,12 +283,35 @@ impl<B: Backend> DecoderModel<B> {
         hidden: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
         hidden.clear();
+        self.run_pass(
+            backend,
+            batch,
+            cache,
+            block_size,
+            None,
+            Head::Hidden(hidden),
+        )
+    }
+
+    /// Checks `batch` and runs one pass over it, announced to the backend with replay key
+    /// `key`, into `head`'s output (left empty for an empty batch).
+    fn run_pass(
+        &self,
+        backend: &B,
+        batch: &Batch,
+        cache: &mut B::KvCache,
+        block_size: usize,
+        key: Option<u64>,
+        head: Head,
+    ) -> Result<(), ModelError> {
         self.check_batch(batch, block_size)?;
+        // NOTE: a batch that wants no logits (a prompt chunk that does not reach its end)
+        // still runs: its keys and values must reach the cache.
         if batch.tokens.is_empty() {
             return Ok(());
         }
-        backend.begin_forward(None);
-        backend.run(|| self.forward_on(backend, batch, cache, block_size, Head::Hidden, hidden))
+        backend.begin_forward(key);
+        backend.run(|| self.forward_on(backend, batch, cache, block_size, head))
     }
 
     fn check_batch(&self, batch: &Batch, block_size: usize) -> Result<(), ModelError> {
@@ -315,7 +353,6 @@ impl<B: Backend> DecoderModel<B> {
         ntk.theta_scales(batch.seqs, batch.tokens.len(), &self.config.rope)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn forward_on(
         &self,
         be: &B,
@@ -323,7 +360,6 @@ impl<B: Backend> DecoderModel<B> {
         cache: &mut B::KvCache,
         block_size: usize,
         head: Head,
-        out: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
         let c = &self.config;
         let mut x = be.alloc(batch.tokens.len(), c.n_embd)?; // [n_tokens, n_embd]
@@ -373,7 +409,7 @@ impl<B: Backend> DecoderModel<B> {
         }
         be.rms_norm(&mut x, &self.output_norm, c.n_embd, c.rms_eps)?;
         self.record(be, &x, false);
-        if head == Head::Hidden {
+        if let Head::Hidden(out) = head {
             be.to_host_into(&x, out)?;
             return Ok(());
         }
@@ -384,14 +420,30 @@ impl<B: Backend> DecoderModel<B> {
             &x,
             &mut logits,
         )?;
-        if let Some(cap) = c.final_softcap {
-            be.scale(&mut logits, 1.0 / cap)?;
-            // tanh is applied on the host: it only runs over the few rows that are sampled.
-            be.to_host_into(&logits, out)?;
-            out.iter_mut().for_each(|v| *v = cap * v.tanh());
+        let Some(cap) = c.final_softcap else {
+            match head {
+                Head::Argmax(ids) => be.argmax_rows(&logits, ids)?,
+                Head::Logits(out) | Head::Hidden(out) => be.to_host_into(&logits, out)?,
+            }
             return Ok(());
+        };
+        be.scale(&mut logits, 1.0 / cap)?;
+        // tanh is applied on the host: it only runs over the few rows that are sampled.
+        let soft_cap = |values: &mut Vec<f32>| values.iter_mut().for_each(|v| *v = cap * v.tanh());
+        match head {
+            Head::Logits(out) | Head::Hidden(out) => {
+                be.to_host_into(&logits, out)?;
+                soft_cap(out);
+            }
+            Head::Argmax(ids) => {
+                // NOTE: so is a soft-capped argmax: tanh may round neighbouring logits to one
+                // value, and then the lower id wins, as when sampling from the capped logits.
+                let mut values = Vec::new();
+                be.to_host_into(&logits, &mut values)?;
+                soft_cap(&mut values);
+                ids.extend(values.chunks(c.n_vocab).map(hearth_sampler::argmax));
+            }
         }
-        be.to_host_into(&logits, out)?;
         Ok(())
     }
 

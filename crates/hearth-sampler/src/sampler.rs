@@ -47,6 +47,13 @@ impl Sampler {
         self.seed
     }
 
+    /// Whether [`Self::sample`] is the plain [`argmax`] of the logits (temperature 0 and no
+    /// penalties), so that a caller may take the argmax from the device instead of the
+    /// logits. The RNG is not used then, so skipping `sample` changes nothing.
+    pub fn is_argmax(&self) -> bool {
+        self.params.temperature == 0.0 && !penalties_enabled(&self.params)
+    }
+
     /// Picks the next token from `logits` (`[n_vocab]`). `history` = previous tokens of
     /// this sequence (prompt + generated), for the penalties. Returns 0 for empty logits.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {

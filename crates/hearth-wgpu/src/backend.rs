@@ -485,6 +485,10 @@ impl Backend for WgpuBackend {
         self.read_back(t, out)
     }
 
+    fn argmax_rows(&self, t: &WgpuTensor, out: &mut Vec<u32>) -> Result<(), BackendError> {
+        self.argmax_into(t, out)
+    }
+
     fn copy(&self, t: &WgpuTensor) -> Result<WgpuTensor, BackendError> {
         let mut out = self.alloc(t.rows, t.cols)?;
         let n = t.rows * t.cols;

@@ -35,6 +35,7 @@ const MLX_MATMUL: &str = include_str!("kernels/mlx_matmul.wgsl");
 const MLX_MATMUL_QKV: &str = include_str!("kernels/mlx_matmul_qkv.wgsl");
 const MLX_MATMUL_GLU: &str = include_str!("kernels/mlx_matmul_glu.wgsl");
 const MLX_EMBED: &str = include_str!("kernels/mlx_embed.wgsl");
+const ARGMAX: &str = include_str!("kernels/argmax.wgsl");
 
 /// Weight types the matmul and embed kernels read.
 pub const WEIGHT_TYPES: &[GgmlType] = &[
@@ -127,6 +128,8 @@ pub enum Module {
     Attention(bool),
     /// Attention split over the positions, for few tokens over a long context.
     AttentionSplit(bool),
+    /// The index of each row's largest value (greedy decoding).
+    Argmax,
 }
 
 /// How a kernel binds a buffer.
@@ -162,7 +165,7 @@ impl Module {
             }
         }
         all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
-        all.extend([Module::Rope, Module::EmbedMlx]);
+        all.extend([Module::Rope, Module::EmbedMlx, Module::Argmax]);
         for bits in hearth_quant::MlxSpec::BITS {
             for gs in hearth_quant::MlxSpec::GROUP_SIZES.map(|gs| gs as u32) {
                 all.extend([
@@ -205,6 +208,7 @@ impl Module {
             Module::Quantize(_) => &[R, RW, R],
             Module::Attention(_) => &[R, R, R, RW, RW, RW, R, R, RW, R, R],
             Module::AttentionSplit(_) => &[R, R, R, RW, R, R, RW],
+            Module::Argmax => &[R, RW, RW, R],
         }
     }
 
@@ -225,6 +229,7 @@ impl Module {
             Module::EmbedMlx => format!("{PRELUDE}\n{DEQUANT}\n{MLX_COMMON}\n{MLX_EMBED}"),
             Module::Quantize(f) => with_exact(f, &[QUANTIZE_COMMON, QUANTIZE]),
             Module::Rope => format!("{PRELUDE}\n{ROPE}"),
+            Module::Argmax => format!("{PRELUDE}\n{ARGMAX}"),
             Module::Elementwise(f) => with_exact(f, &[ELEMENTWISE]),
             Module::Norm(f) => with_exact(f, &[QUANTIZE_COMMON, DOUBLE_WORD, NORM]),
             Module::Attention(f) => with_exact(

@@ -14,6 +14,7 @@
 //! so that recording a decode step costs the host little more than wgpu's own bookkeeping.
 //! Whether the device's `fma` is fused is found by running it (`fma_probe.rs`).
 
+mod argmax;
 mod attention;
 mod backend;
 mod device;

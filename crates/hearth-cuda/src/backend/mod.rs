@@ -223,6 +223,26 @@ impl Backend for CudaBackend {
         Ok(out)
     }
 
+    fn argmax_rows(&self, t: &CudaTensor, out: &mut Vec<u32>) -> Result<(), BackendError> {
+        check(t.cols > 0 && i32::try_from(t.cols).is_ok(), || {
+            format!("argmax over rows of {} values", t.cols)
+        })?;
+        let ids = {
+            let mut st = self.state()?;
+            let ids = self.tensor(&mut st, t.rows, 1)?;
+            let args = [Arg::P(t.ptr), Arg::P(ids.ptr), Arg::I(t.cols as i32)];
+            let grid = (t.rows as u32, 1);
+            self.launch(&st, "argmax_f32", grid, crate::ops::ARGMAX_THREADS, &args)?;
+            ids
+        };
+        // The kernel writes u32 ids into the f32 slots of `ids`; the read-back keeps the bits.
+        let mut words = Vec::new();
+        self.read_back(&ids, &mut words)?;
+        out.clear();
+        out.extend(words.iter().map(|w| w.to_bits()));
+        Ok(())
+    }
+
     fn copy(&self, t: &CudaTensor) -> Result<CudaTensor, BackendError> {
         let mut st = self.state()?;
         let out = self.tensor(&mut st, t.rows, t.cols)?;

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use hearth_engine::NextToken;
 use hearth_sampler::{log_softmax, top_logprobs, Sampler};
 use hearth_tokenizer::{Tokenizer, Utf8Assembler};
 use tokio::sync::mpsc::UnboundedSender;
@@ -69,15 +70,25 @@ impl Active {
         self.arrived.elapsed()
     }
 
-    /// Samples the next token from `logits` given the sequence so far.
-    pub fn sample(&mut self, tok: &Tokenizer, logits: &[f32], history: &[u32]) -> Sampled {
-        let token = self.sampler.sample(logits, history);
+    /// Whether the device may pick this request's next token: greedy decoding without
+    /// penalties, and no logprobs to report (they need the logits).
+    pub fn takes_argmax(&self) -> bool {
+        self.sampler.is_argmax() && self.logprobs.is_none()
+    }
+
+    /// Samples the next token from what the step left for it, given the sequence so far.
+    pub fn sample(&mut self, tok: &Tokenizer, next: NextToken, history: &[u32]) -> Sampled {
+        let (token, logits) = match next {
+            NextToken::Logits(logits) => (self.sampler.sample(logits, history), Some(logits)),
+            NextToken::Picked(token) => (token, None),
+        };
         let now = Instant::now();
         let inter_token = self.last_token.map(|t| now - t);
         self.first_token.get_or_insert(now);
         self.last_token = Some(now);
         self.n_generated += 1;
-        if let Some(n) = self.logprobs {
+        // NOTE: a request with logprobs never `takes_argmax`, so its step kept the logits.
+        if let (Some(n), Some(logits)) = (self.logprobs, logits) {
             // NOTE: reported from the model's distribution before penalties and temperature,
             // as OpenAI and llama-server report them.
             let lp = log_softmax(logits);

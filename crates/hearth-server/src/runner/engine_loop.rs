@@ -118,22 +118,35 @@ impl EngineLoop {
             return false;
         }
         self.note_first_scheduled(&plan);
-        let logits = match self.engine.run_plan(&plan) {
-            Ok(l) => l,
+        // Greedy requests without penalties or logprobs only need each row's argmax, which the
+        // device finds; one request that samples otherwise makes the whole step bring back
+        // logits.
+        let greedy = plan.seqs.iter().filter(|s| s.sample).all(|s| {
+            self.active
+                .get(&s.id)
+                .is_some_and(|active| active.takes_argmax())
+        });
+        let result = if greedy {
+            self.engine.run_plan_argmax(&plan)
+        } else {
+            self.engine.run_plan(&plan)
+        };
+        let next = match result {
+            Ok(out) => out,
             Err(e) => {
                 self.fail_plan(&plan, &e.to_string());
                 return true;
             }
         };
         let tokenizer = self.engine.tokenizer.clone();
-        let mut sampled = Vec::with_capacity(logits.len());
-        for (id, row) in logits.iter() {
+        let mut sampled = Vec::with_capacity(next.len());
+        for (id, source) in next.iter() {
             let (Some(active), Some(history)) =
                 (self.active.get_mut(&id), self.scheduler.tokens(id))
             else {
                 continue;
             };
-            let s = active.sample(&tokenizer, row, history);
+            let s = active.sample(&tokenizer, source, history);
             if let Some(d) = s.inter_token {
                 self.metrics.inter_token.observe(d);
             } else {
@@ -141,7 +154,7 @@ impl EngineLoop {
             }
             sampled.push((id, s.token, s.stop));
         }
-        self.engine.recycle(logits);
+        self.engine.recycle(next);
         let finished = self.scheduler.update(&plan, &sampled);
         for &(id, _, _) in &sampled {
             let still_running = !finished.iter().any(|f| f.0 == id);
