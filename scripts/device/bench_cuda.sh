@@ -84,12 +84,14 @@ phase_build() {
   tar -C "$work" -xJf "$bin/llama-src.tar.xz" || return 1
   local commit
   commit=$(awk '/^commit /{print $2}' "$llama_src/LLAMA-SOURCE.txt")
-  echo "llama.cpp as vendored by llama-cpp-python 0.3.16, commit $commit"
+  head -1 "$llama_src/LLAMA-SOURCE.txt"
+  echo "commit $commit"
   local gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
   cmake -S "$llama_src" -B "$llama_src/build" "${gen[@]}" \
     -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_CCACHE=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF \
     -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_COMMIT="${commit:0:7}" -DLLAMA_BUILD_NUMBER=0 ||
     return 1
   cmake --build "$llama_src/build" -j"$jobs" \
@@ -147,7 +149,7 @@ phase_llama() {
       >"$out/llama-bench-$name.json" 2>"$out/llama-bench-$name.md" || status=1
     cat "$out/llama-bench-$name.md"
     echo "== llama-batched-bench $name: $NPL sequences, 128 prompt + 128 generated tokens each"
-    "$llama_bin/llama-batched-bench" -m "$f" -ngl 99 -fa -c 40960 -npp 128 -ntg 128 -npl "$NPL" \
+    "$llama_bin/llama-batched-bench" -m "$f" -ngl 99 -fa on -c 40960 -npp 128 -ntg 128 -npl "$NPL" \
       --output-format jsonl >"$out/llama-batched-$name.jsonl" || status=1
     cat "$out/llama-batched-$name.jsonl"
   done
@@ -155,13 +157,13 @@ phase_llama() {
 }
 
 # hearth's side of one model file: single-sequence pp512 / tg128.
-hearth_bench() {
-  "$HEARTH" bench "$1" --device cuda -p 512 -n 128 -r "$REPS" --json
+hearth_bench() { # model, extra flags
+  "$HEARTH" bench "$1" --device cuda -p 512 -n 128 -r "$REPS" --json "${@:2}"
 }
 
 # hearth's side of the batched test: NPL sequences decoding together.
-hearth_bench_parallel() {
-  "$HEARTH" bench "$1" --device cuda -p 128 -n 128 -r "$REPS" --parallel "$NPL" --json
+hearth_bench_parallel() { # model, extra flags
+  "$HEARTH" bench "$1" --device cuda -p 128 -n 128 -r "$REPS" --parallel "$NPL" --json "${@:2}"
 }
 
 phase_hearth() {
@@ -178,6 +180,11 @@ phase_hearth() {
     echo "== hearth $name, $NPL sequences"
     hearth_bench_parallel "$f" >"$out/hearth-$name-par.json" || status=1
     cat "$out/hearth-$name-par.json"
+    # Greedy decoding as a server runs it: the argmax on the GPU, no logits brought back.
+    echo "== hearth $name, --greedy, 1 and $NPL sequences"
+    hearth_bench "$f" --greedy >"$out/hearth-$name-greedy.json" || status=1
+    hearth_bench_parallel "$f" --greedy >"$out/hearth-$name-par-greedy.json" || status=1
+    cat "$out/hearth-$name-greedy.json" "$out/hearth-$name-par-greedy.json"
   done
   return "$status"
 }
@@ -234,7 +241,7 @@ phase_memory() {
   for name in $(bench_models); do
     f=$models_dir/$name.gguf
     echo "== $name: weights $(stat -c %s "$f") bytes"
-    "$llama_bin/llama-batched-bench" -m "$f" -ngl 99 -fa -c 16384 -npp 8192 -ntg 512 -npl 1 \
+    "$llama_bin/llama-batched-bench" -m "$f" -ngl 99 -fa on -c 16384 -npp 8192 -ntg 512 -npl 1 \
       >"$out/memory-llama-$name.log" 2>&1 &
     pid=$!
     echo "llama.cpp peak MiB: $(peak_memory "$pid" /nonexistent)"

@@ -2,7 +2,8 @@
 # .device-bin/ (`$bin`), with scratch space in `$work`: the Vulkan loader (its Debian packages
 # carried in .gl/, see the device notes) and NVIDIA's ICD, NVRTC on the library path, a cache
 # directory, and the `gguf` Python package from the carried wheels.
-if ! ldconfig -p | grep -q libvulkan; then
+# NOTE: NVIDIA's Vulkan driver (libGLX_nvidia) needs glvnd's libGLdispatch beside the loader.
+if ! ldconfig -p | grep -q libvulkan || ! ldconfig -p | grep -q libGLdispatch; then
   for f in .gl/*.deb; do dpkg -x "$f" /; done
   ldconfig
 fi

@@ -61,16 +61,16 @@ def llama_batched(out, name):
     return None, None
 
 
-def hearth(out, name):
-    """(pp, tg, tg_parallel) means from hearth bench --json, or Nones."""
-    r = load_json(out / f"hearth-{name}.json")
+def hearth(out, name, suffix=""):
+    """(pp, tg) means from hearth bench --json (`suffix` "-greedy": with --greedy), or Nones."""
+    r = load_json(out / f"hearth-{name}{suffix}.json")
     if not isinstance(r, dict):
         return None, None
     return (r.get("pp_tok_s") or {}).get("mean"), (r.get("tg_tok_s") or {}).get("mean")
 
 
-def hearth_parallel(out, name):
-    r = load_json(out / f"hearth-{name}-par.json")
+def hearth_parallel(out, name, suffix=""):
+    r = load_json(out / f"hearth-{name}-par{suffix}.json")
     if not isinstance(r, dict):
         return None, None
     return r.get("tg_parallel"), (r.get("tg_tok_s") or {}).get("mean")
@@ -94,7 +94,9 @@ def model_names(out):
         names.add(p.name[len("llama-bench-"):-len(".json")])
     for p in out.glob("hearth-*.json"):
         n = p.name[len("hearth-"):-len(".json")]
-        names.add(n[: -len("-par")] if n.endswith("-par") else n)
+        for suffix in ("-greedy", "-par"):
+            n = n[: -len(suffix)] if n.endswith(suffix) else n
+        names.add(n)
     return sorted(names)
 
 
@@ -120,6 +122,14 @@ def main(out):
             f" | tg128 x{npl if npl else '-'} {fmt(lpar)} / {fmt(hpar)} ({ratio(hpar, lpar)})"
             f" | bw llama.cpp {frac(ltg, size, bw_bytes)} hearth {frac(htg, size, bw_bytes)}"
         )
+        _, gtg = hearth(out, name, "-greedy")
+        _, gpar = hearth_parallel(out, name, "-greedy")
+        if gtg or gpar:
+            print(
+                f"{name}: hearth --greedy (argmax on the GPU)"
+                f" | tg128 {fmt(ltg)} / {fmt(gtg)} ({ratio(gtg, ltg)})"
+                f" | tg128 x{npl if npl else '-'} {fmt(lpar)} / {fmt(gpar)} ({ratio(gpar, lpar)})"
+            )
     phases = out / "phases.tsv"
     if phases.exists():
         rows = [line.split("\t") for line in phases.read_text().splitlines() if line.strip()]

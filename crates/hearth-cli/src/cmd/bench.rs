@@ -24,6 +24,11 @@ pub struct BenchArgs {
     /// (as the server runs them); tg then reports their combined tokens per second
     #[arg(long, default_value_t = 1)]
     parallel: usize,
+    /// Generation steps bring back only each sequence's most likely next token, found on the
+    /// device, as greedy requests run (temperature 0, no penalties, no logprobs); without
+    /// it they bring back the logits, as llama-bench does
+    #[arg(long)]
+    greedy: bool,
     #[command(flatten)]
     load: LoadArgs,
     /// One JSON object on standard output instead of a table
@@ -41,6 +46,7 @@ struct BenchReport {
     pp_tok_s: Stat,
     tg_tokens: usize,
     tg_parallel: usize,
+    tg_greedy: bool,
     tg_tok_s: Stat,
     peak_rss_mib: f64,
 }
@@ -106,7 +112,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     // And two decode steps of the measured batch: kernels only decode uses (the wgpu backend's
     // decode projections) are built then, not inside the first timed generation.
     if a.n_gen > 0 {
-        generation_test(&mut engine, 2, a.parallel)?;
+        generation_test(&mut engine, 2, a.parallel, a.greedy)?;
     }
 
     let mut pp = Vec::new();
@@ -121,7 +127,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             engine.release(&mut seq);
         }
         if a.n_gen > 0 {
-            tg.push(generation_test(&mut engine, a.n_gen, a.parallel)?);
+            tg.push(generation_test(&mut engine, a.n_gen, a.parallel, a.greedy)?);
         }
     }
     let report = BenchReport {
@@ -133,6 +139,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         pp_tok_s: Stat::of(&pp),
         tg_tokens: a.n_gen,
         tg_parallel: a.parallel,
+        tg_greedy: a.greedy,
         tg_tok_s: Stat::of(&tg),
         peak_rss_mib: peak_rss_mib(),
     };
@@ -146,10 +153,13 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             "pp{:<7} {:.1} ± {:.1} tok/s",
             report.pp_tokens, report.pp_tok_s.mean, report.pp_tok_s.stddev
         );
-        let label = match report.tg_parallel {
+        let mut label = match report.tg_parallel {
             1 => format!("tg{}", report.tg_tokens),
             n => format!("tg{}x{n}", report.tg_tokens),
         };
+        if report.tg_greedy {
+            label.push_str(" greedy");
+        }
         println!(
             "{label:<9}  {:.1} ± {:.1} tok/s",
             report.tg_tok_s.mean, report.tg_tok_s.stddev
@@ -159,9 +169,14 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `n_gen` single-token steps of `parallel` sequences at once; returns their combined tokens
-/// per second.
-fn generation_test(engine: &mut Engine, n_gen: usize, parallel: usize) -> anyhow::Result<f64> {
+/// `n_gen` single-token steps of `parallel` sequences at once, each bringing back the logits
+/// or (`greedy`) the argmax; returns their combined tokens per second.
+fn generation_test(
+    engine: &mut Engine,
+    n_gen: usize,
+    parallel: usize,
+    greedy: bool,
+) -> anyhow::Result<f64> {
     let n_vocab = engine.n_vocab();
     let tokens = bench_tokens(n_gen + parallel, n_vocab);
     let mut seqs: Vec<Sequence> = (0..parallel).map(|_| Sequence::new()).collect();
@@ -178,7 +193,11 @@ fn generation_test(engine: &mut Engine, n_gen: usize, parallel: usize) -> anyhow
             .collect();
         // NOTE: the logits stay in the engine's buffer, as llama-batched-bench leaves them in
         // llama.cpp's: copying 64 rows of a 150k vocabulary out every step would be measured.
-        engine.step_batch_logits(&mut work)?;
+        if greedy {
+            engine.step_batch_argmax(&mut work)?;
+        } else {
+            engine.step_batch_logits(&mut work)?;
+        }
     }
     let tok_s = (n_gen * parallel) as f64 / t.elapsed().as_secs_f64();
     for seq in &mut seqs {
