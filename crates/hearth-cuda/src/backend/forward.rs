@@ -3,6 +3,7 @@
 
 use hearth_backend::BackendError;
 
+use super::memory::Pinned;
 use super::state::{self, Mode, State};
 use super::{CudaBackend, CudaTensor};
 
@@ -72,6 +73,9 @@ impl CudaBackend {
         }
         out.clear();
         out.reserve(t.len());
+        if t.len() * 4 >= PINNED_READ_BACK {
+            return self.read_back_pinned(&mut st, t, out);
+        }
         // NOTE: straight into the vector's spare capacity: clearing tens of MB first would cost
         // as much as the copy.
         let spare = &mut out.spare_capacity_mut()[..t.len()];
@@ -92,7 +96,64 @@ impl CudaBackend {
         unsafe { out.set_len(t.len()) };
         Ok(())
     }
+
+    /// A large read-back (the logits of many sequences): from the device into page-locked
+    /// memory, then into `out` (empty, with room for `t`) on all cores.
+    ///
+    /// NOTE: a copy into pageable memory ran at about 9 GB/s on an H100 machine: 4.2 ms of a
+    /// 7.8 ms step for 64 rows of a 152k vocabulary. Into page-locked memory the device
+    /// copies at the link's speed, and the host copy splits over the cores: 64 streams of
+    /// Qwen3-0.6B went from 8,283-9,679 to 11,978-12,121 tok/s.
+    fn read_back_pinned(
+        &self,
+        st: &mut State,
+        t: &CudaTensor,
+        out: &mut Vec<f32>,
+    ) -> Result<(), BackendError> {
+        use rayon::prelude::*;
+        let bytes = t.len() * 4;
+        let mut buf = match st.read_back.take() {
+            Some(b) if b.capacity() >= bytes => b,
+            _ => Pinned::new(self.dev.context(), bytes.next_power_of_two())?,
+        };
+        // SAFETY: `t` lies in the arena and holds `bytes` bytes; `buf` has room for them; the
+        // copy is waited for before they are read.
+        unsafe {
+            cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
+                buf.as_mut_ptr() as *mut std::ffi::c_void,
+                t.ptr,
+                bytes,
+                self.dev.stream().cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| BackendError::Device(format!("read back: {e:?}")))?;
+        self.dev.synchronize()?;
+        {
+            // SAFETY: the completed copy wrote the first t.len() f32 of `buf`.
+            let src = unsafe { buf.f32s(t.len()) };
+            let spare = &mut out.spare_capacity_mut()[..t.len()];
+            spare
+                .par_chunks_mut(COPY_CHUNK)
+                .zip(src.par_chunks(COPY_CHUNK))
+                .for_each(|(d, s)| {
+                    for (d, &s) in d.iter_mut().zip(s) {
+                        d.write(s);
+                    }
+                });
+        }
+        // SAFETY: every one of the first t.len() values was written above.
+        unsafe { out.set_len(t.len()) };
+        st.read_back = Some(buf);
+        Ok(())
+    }
 }
+
+/// Read-backs of at least this many bytes go through page-locked memory (see
+/// `read_back_pinned`); smaller ones (one sequence's logits) go straight into the vector.
+const PINNED_READ_BACK: usize = 4 << 20;
+/// f32 values per task of the host copy out of page-locked memory.
+const COPY_CHUNK: usize = 1 << 18;
 
 fn launch_graph(st: &State, key: u64) -> Result<(), BackendError> {
     let g = st

@@ -169,6 +169,21 @@ impl Pinned {
         self.used.next_multiple_of(16) + n <= self.len
     }
 
+    /// The start of the buffer, for a copy from the device into its first `capacity()` bytes.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The first `n` f32 of the buffer.
+    ///
+    /// # Safety
+    /// `4 * n <= capacity()`, and the bytes were written (by a completed copy).
+    pub unsafe fn f32s(&self, n: usize) -> &[f32] {
+        // SAFETY: page-aligned allocation, so aligned for f32; length and contents are the
+        // caller's promise.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const f32, n) }
+    }
+
     /// Copies `data` into the next free bytes; `None` when it does not fit.
     pub fn push(&mut self, data: &[u8]) -> Option<&[u8]> {
         if !self.fits(data.len()) {

@@ -50,6 +50,9 @@ pub(super) struct StageKey {
 pub(super) struct State {
     pub arena: Arena,
     pub pinned: Pinned,
+    /// Page-locked memory that large read-backs land in first (see `forward.rs`); grown on
+    /// demand, kept between passes.
+    pub read_back: Option<Pinned>,
     pub counters: Counters,
     pub mode: Mode,
     pub graphs: HashMap<u64, Graph>,
@@ -88,6 +91,7 @@ impl State {
         Self {
             arena: Arena::new(),
             pinned,
+            read_back: None,
             counters: Counters::new(),
             mode: Mode::Eager,
             graphs: HashMap::new(),
