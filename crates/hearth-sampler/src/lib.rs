@@ -24,4 +24,4 @@ pub use candidates::{Candidate, Candidates};
 pub use math::{argmax, log_softmax, top_logprobs};
 pub use params::{SamplerError, SamplingParams};
 pub use processors::{apply_penalties, apply_temperature, min_p, penalties_enabled, top_k, top_p};
-pub use sampler::Sampler;
+pub use sampler::{sample_rows, Sampler};

@@ -3,6 +3,7 @@ use std::time::Instant;
 
 use clap::Args;
 use hearth_engine::{Engine, SeqStep, Sequence};
+use hearth_sampler::{sample_rows, Sampler, SamplingParams};
 use serde::Serialize;
 
 use super::run::LoadArgs;
@@ -27,8 +28,13 @@ pub struct BenchArgs {
     /// Generation steps bring back only each sequence's most likely next token, found on the
     /// device, as greedy requests run (temperature 0, no penalties, no logprobs); without
     /// it they bring back the logits, as llama-bench does
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sample")]
     greedy: bool,
+    /// Generation steps also draw each sequence's next token from its logits with the default
+    /// sampling settings (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05), all sequences at
+    /// once on the CPU's threads, as the server does
+    #[arg(long)]
+    sample: bool,
     #[command(flatten)]
     load: LoadArgs,
     /// One JSON object on standard output instead of a table
@@ -47,6 +53,7 @@ struct BenchReport {
     tg_tokens: usize,
     tg_parallel: usize,
     tg_greedy: bool,
+    tg_sample: bool,
     tg_tok_s: Stat,
     peak_rss_mib: f64,
 }
@@ -112,7 +119,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     // And two decode steps of the measured batch: kernels only decode uses (the wgpu backend's
     // decode projections) are built then, not inside the first timed generation.
     if a.n_gen > 0 {
-        generation_test(&mut engine, 2, a.parallel, a.greedy)?;
+        generation_test(&mut engine, 2, a.parallel, Decode::of(&a))?;
     }
 
     let mut pp = Vec::new();
@@ -127,7 +134,12 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             engine.release(&mut seq);
         }
         if a.n_gen > 0 {
-            tg.push(generation_test(&mut engine, a.n_gen, a.parallel, a.greedy)?);
+            tg.push(generation_test(
+                &mut engine,
+                a.n_gen,
+                a.parallel,
+                Decode::of(&a),
+            )?);
         }
     }
     let report = BenchReport {
@@ -140,6 +152,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         tg_tokens: a.n_gen,
         tg_parallel: a.parallel,
         tg_greedy: a.greedy,
+        tg_sample: a.sample,
         tg_tok_s: Stat::of(&tg),
         peak_rss_mib: peak_rss_mib(),
     };
@@ -160,6 +173,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         if report.tg_greedy {
             label.push_str(" greedy");
         }
+        if report.tg_sample {
+            label.push_str(" sampled");
+        }
         println!(
             "{label:<9}  {:.1} ± {:.1} tok/s",
             report.tg_tok_s.mean, report.tg_tok_s.stddev
@@ -169,17 +185,46 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `n_gen` single-token steps of `parallel` sequences at once, each bringing back the logits
-/// or (`greedy`) the argmax; returns their combined tokens per second.
+/// What a generation step does after the forward pass.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Decode {
+    /// Brings the logits back, as llama-bench does.
+    Logits,
+    /// Brings back the argmax found on the device.
+    Greedy,
+    /// Brings the logits back and draws from them with the default sampling settings.
+    Sample,
+}
+
+impl Decode {
+    fn of(a: &BenchArgs) -> Decode {
+        match (a.greedy, a.sample) {
+            (true, _) => Decode::Greedy,
+            (_, true) => Decode::Sample,
+            _ => Decode::Logits,
+        }
+    }
+}
+
+/// `n_gen` single-token steps of `parallel` sequences at once, decoded as `decode` says;
+/// returns their combined tokens per second. The tokens run are fixed (as llama-bench's), not
+/// the ones drawn.
 fn generation_test(
     engine: &mut Engine,
     n_gen: usize,
     parallel: usize,
-    greedy: bool,
+    decode: Decode,
 ) -> anyhow::Result<f64> {
     let n_vocab = engine.n_vocab();
     let tokens = bench_tokens(n_gen + parallel, n_vocab);
     let mut seqs: Vec<Sequence> = (0..parallel).map(|_| Sequence::new()).collect();
+    let params = SamplingParams {
+        seed: Some(0),
+        ..SamplingParams::default()
+    };
+    let mut samplers = (0..parallel)
+        .map(|_| Sampler::new(params.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
     let t = Instant::now();
     for i in 0..n_gen {
         let mut work: Vec<SeqStep> = seqs
@@ -193,10 +238,23 @@ fn generation_test(
             .collect();
         // NOTE: the logits stay in the engine's buffer, as llama-batched-bench leaves them in
         // llama.cpp's: copying 64 rows of a 150k vocabulary out every step would be measured.
-        if greedy {
-            engine.step_batch_argmax(&mut work)?;
-        } else {
-            engine.step_batch_logits(&mut work)?;
+        match decode {
+            Decode::Greedy => {
+                engine.step_batch_argmax(&mut work)?;
+            }
+            Decode::Logits => {
+                engine.step_batch_logits(&mut work)?;
+            }
+            Decode::Sample => {
+                let logits = engine.step_batch_logits(&mut work)?;
+                let mut rows: Vec<_> = samplers
+                    .iter_mut()
+                    .zip(logits.chunks(n_vocab))
+                    .zip(&seqs)
+                    .map(|((s, row), seq)| (s, row, seq.tokens()))
+                    .collect();
+                sample_rows(&mut rows);
+            }
         }
     }
     let tok_s = (n_gen * parallel) as f64 / t.elapsed().as_secs_f64();

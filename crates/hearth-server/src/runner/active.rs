@@ -76,11 +76,18 @@ impl Active {
         self.sampler.is_argmax() && self.logprobs.is_none()
     }
 
-    /// Samples the next token from what the step left for it, given the sequence so far.
-    pub fn sample(&mut self, tok: &Tokenizer, next: NextToken, history: &[u32]) -> Sampled {
-        let (token, logits) = match next {
-            NextToken::Logits(logits) => (self.sampler.sample(logits, history), Some(logits)),
-            NextToken::Picked(token) => (token, None),
+    /// The request's sampler, for drawing many requests' tokens at once
+    /// (`hearth_sampler::sample_rows`).
+    pub fn sampler_mut(&mut self) -> &mut Sampler {
+        &mut self.sampler
+    }
+
+    /// Takes `token`, this step's next token for the request: drawn by its sampler from
+    /// `next`'s logits, or picked on the device (`NextToken::Picked`).
+    pub fn take(&mut self, tok: &Tokenizer, token: u32, next: NextToken) -> Sampled {
+        let logits = match next {
+            NextToken::Logits(logits) => Some(logits),
+            NextToken::Picked(_) => None,
         };
         let now = Instant::now();
         let inter_token = self.last_token.map(|t| now - t);

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hearth_engine::scheduler::{self, RequestId, Scheduler, StepPlan};
-use hearth_engine::Engine;
-use hearth_sampler::Sampler;
+use hearth_engine::{Engine, NextToken, PlanOutput};
+use hearth_sampler::{sample_rows, Sampler};
 
 use super::active::Active;
 use super::{Command, Finish};
@@ -92,6 +92,29 @@ impl EngineLoop {
         }
     }
 
+    /// Draws the next token of every request whose logits `next` holds, all at once on the
+    /// CPU's threads (`sample_rows`).
+    fn draw(&mut self, next: &PlanOutput) -> HashMap<RequestId, u32> {
+        let rows: HashMap<RequestId, &[f32]> = next
+            .iter()
+            .filter_map(|(id, source)| match source {
+                NextToken::Logits(row) => Some((id, row)),
+                NextToken::Picked(_) => None,
+            })
+            .collect();
+        let scheduler = &self.scheduler;
+        let (ids, mut work): (Vec<RequestId>, Vec<_>) = self
+            .active
+            .iter_mut()
+            .filter_map(|(&id, active)| {
+                let row = *rows.get(&id)?;
+                let history = scheduler.tokens(id)?;
+                Some((id, (active.sampler_mut(), row, history)))
+            })
+            .unzip();
+        ids.into_iter().zip(sample_rows(&mut work)).collect()
+    }
+
     /// Ends requests whose client has gone away, returning their blocks to the pool.
     fn drop_cancelled(&mut self) {
         let gone: Vec<RequestId> = self
@@ -139,14 +162,21 @@ impl EngineLoop {
             }
         };
         let tokenizer = self.engine.tokenizer.clone();
+        let drawn = self.draw(&next);
         let mut sampled = Vec::with_capacity(next.len());
         for (id, source) in next.iter() {
-            let (Some(active), Some(history)) =
-                (self.active.get_mut(&id), self.scheduler.tokens(id))
+            let token = match source {
+                NextToken::Picked(t) => t,
+                NextToken::Logits(_) => match drawn.get(&id) {
+                    Some(&t) => t,
+                    None => continue,
+                },
+            };
+            let (Some(active), Some(_)) = (self.active.get_mut(&id), self.scheduler.tokens(id))
             else {
                 continue;
             };
-            let s = active.sample(&tokenizer, source, history);
+            let s = active.take(&tokenizer, token, source);
             if let Some(d) = s.inter_token {
                 self.metrics.inter_token.observe(d);
             } else {
