@@ -4,6 +4,7 @@ use hearth_backend::AttnSeq;
 use hearth_models::Batch;
 
 use crate::engine::BLOCK_SIZE;
+use crate::runner::Want;
 use crate::{Engine, EngineError, Sequence};
 
 /// One sequence's share of a step: the tokens it runs next and which of them need logits.
@@ -12,13 +13,6 @@ pub struct SeqStep<'a> {
     pub tokens: &'a [u32],
     /// Indices into `tokens`.
     pub logits_rows: Vec<usize>,
-}
-
-/// What a step brings back for its wanted rows.
-#[derive(Clone, Copy)]
-enum Want {
-    Logits,
-    Argmax,
 }
 
 impl Engine {
@@ -110,12 +104,10 @@ impl Engine {
             seqs: &seqs,
             logits_rows: &logits_rows,
         };
-        let result = match want {
-            Want::Logits => self.runner.forward(&batch, BLOCK_SIZE, &mut self.logits),
-            Want::Argmax => self
-                .runner
-                .forward_argmax(&batch, BLOCK_SIZE, &mut self.argmax),
-        };
+        let (logits, ids) = (&mut self.logits, &mut self.argmax);
+        let result = self
+            .runner
+            .forward_wanting(want, &batch, BLOCK_SIZE, logits, ids);
         drop(seqs);
         if let Err(e) = result {
             self.roll_back(work, &before);

@@ -5,6 +5,7 @@ use hearth_kv::BlockPool;
 use hearth_models::Batch;
 
 use crate::engine::BLOCK_SIZE;
+use crate::runner::Want;
 use crate::scheduler::{RequestId, Scheduler, SchedulerConfig, StepPlan};
 use crate::{Engine, EngineError};
 
@@ -51,13 +52,6 @@ impl PlanOutput {
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }
-}
-
-/// What a plan's step brings back.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Want {
-    Logits,
-    Argmax,
 }
 
 impl Engine {
@@ -138,10 +132,9 @@ impl Engine {
         };
         let mut rows = std::mem::take(&mut self.logits);
         let mut picked = std::mem::take(&mut self.argmax);
-        let result = match want {
-            Want::Logits => self.runner.forward(&batch, BLOCK_SIZE, &mut rows),
-            Want::Argmax => self.runner.forward_argmax(&batch, BLOCK_SIZE, &mut picked),
-        };
+        let result = self
+            .runner
+            .forward_wanting(want, &batch, BLOCK_SIZE, &mut rows, &mut picked);
         let n_vocab = self.n_vocab();
         let complete = match want {
             Want::Logits => rows.len() == logits_rows.len() * n_vocab,

@@ -44,6 +44,15 @@ impl std::str::FromStr for Device {
     }
 }
 
+/// What a step brings back for its wanted rows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// Their logits.
+    Logits,
+    /// Each one's argmax, found on the device.
+    Argmax,
+}
+
 /// What the engine needs from a loaded model, whatever backend holds it.
 pub(crate) trait ModelRunner: Send {
     fn config(&self) -> &DecoderConfig;
@@ -62,6 +71,20 @@ pub(crate) trait ModelRunner: Send {
         block_size: usize,
         ids: &mut Vec<u32>,
     ) -> Result<(), ModelError>;
+    /// [`Self::forward`] or [`Self::forward_argmax`], as `want` says, into `logits` or `ids`.
+    fn forward_wanting(
+        &mut self,
+        want: Want,
+        batch: &Batch,
+        block_size: usize,
+        logits: &mut Vec<f32>,
+        ids: &mut Vec<u32>,
+    ) -> Result<(), ModelError> {
+        match want {
+            Want::Logits => self.forward(batch, block_size, logits),
+            Want::Argmax => self.forward_argmax(batch, block_size, ids),
+        }
+    }
     fn set_tracing(&self, on: bool);
     fn take_trace(&self) -> Vec<f32>;
 }
