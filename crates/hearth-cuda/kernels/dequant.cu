@@ -118,6 +118,7 @@ __device__ __forceinline__ float dequant_at(int t, const u8* w, int n_cols, int 
 // out[i, :] = table[tokens[i], :]: grid (n_tokens), threads over columns.
 extern "C" __global__ void embed_rows(const u8* table, int type, int n_cols, const u32* tokens,
                                       float* out) {
+    await_previous_kernels();
     const u32 token = tokens[blockIdx.x];
     float* o = out + (size_t)blockIdx.x * n_cols;
     for (int c = threadIdx.x; c < n_cols; c += blockDim.x) {
@@ -131,6 +132,7 @@ extern "C" __global__ void embed_rows(const u8* table, int type, int n_cols, con
 // element in it are a shift and a mask.
 extern "C" __global__ void dequant_to_f16(const u8* w, int type, int n_rows, int n_cols,
                                           u16* out) {
+    await_previous_kernels();
     int qk, bytes;
     block_shape(type, qk, bytes);
     const int qk_shift = __ffs(qk) - 1;
@@ -162,6 +164,7 @@ extern "C" __global__ void dequant_to_f16(const u8* w, int type, int n_rows, int
 // y[t, r] (+)= sum_c W[r, c] * x[t, c] for any type: one warp per row, blockIdx.y = token.
 extern "C" __global__ void gemv_any(const u8* w, int type, const float* x, float* y, int n_rows,
                                     int n_cols, int accumulate) {
+    await_previous_kernels();
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int row = blockIdx.x * (blockDim.x / WARP_SIZE) + warp;
     if (row >= n_rows) return;
@@ -178,6 +181,7 @@ extern "C" __global__ void gemv_any(const u8* w, int type, const float* x, float
 
 // f32 to f16 (round to nearest even), n values.
 extern "C" __global__ void f32_to_f16(const float* x, u16* out, int n) {
+    await_previous_kernels();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         out[i] = f32_to_half(x[i]);
     }
@@ -255,6 +259,7 @@ __device__ __forceinline__ void dequant_groups_f16(const u8* w, int n_rows, int 
 // generic kernel): the weights' GEMM path for prompts and batched decode runs this every step.
 extern "C" __global__ void dequant_to_f16_typed(const u8* w, int type, int n_rows, int n_cols,
                                                 u16* out) {
+    await_previous_kernels();
     switch (type) {
         case T_Q8_0: dequant_groups_f16<T_Q8_0, 32, 34>(w, n_rows, n_cols, out); break;
         case T_Q4_0: dequant_groups_f16<T_Q4_0, 32, 18>(w, n_rows, n_cols, out); break;

@@ -55,6 +55,7 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
                               const u32* tok_pos, const u32* seq_table, const u32* tables,
                               const u32* tiles, int n_heads, int n_kv_heads, int block_size,
                               float scale, int window, float softcap) {
+    await_previous_kernels();
     // Row stride of the shared tiles, padded by 16 bytes: fragment reads of 8 rows then fall
     // in distinct banks.
     constexpr int STRIDE = HD + 8;

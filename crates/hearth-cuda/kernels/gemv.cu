@@ -32,6 +32,11 @@
 #define ROWS_PER_WARP 2
 #define WINDOW_BYTES 2048
 #define WINDOW_VECS (WINDOW_BYTES / 16)
+// Bytes of each row a warp asks L2 for before the kernel before it has ended (see gemv_rows).
+// 0, as Q8A_PREFETCH_BYTES (gemv_q8a.cu), where more measured slower.
+#ifndef GEMV_PREFETCH_BYTES
+#define GEMV_PREFETCH_BYTES 0
+#endif
 #define VECS_PER_LANE (WINDOW_VECS / WARP_SIZE)
 
 // Small integers to f32 without the (1/8-rate) integer-to-float conversion: a byte placed in
@@ -223,6 +228,12 @@ __device__ __forceinline__ void gemv_rows(const u8* __restrict__ w, const u8* __
         rows[r] = glu ? (r == 0 ? w : w2) + (size_t)row0 * row_bytes
                       : w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
     }
+    // The weights no kernel writes: the first GEMV_PREFETCH_BYTES of each row on their way to
+    // L2 while the kernel before still runs.
+    const size_t early = min(row_bytes, (size_t)GEMV_PREFETCH_BYTES);
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) prefetch_l2(rows[r], early, lane);
+    await_previous_kernels();
     const int lane_block = lane / B::LANES, sub = lane % B::LANES;
     const int blocks_per_step = WARP_SIZE / B::LANES;
     // Every row of the warp stages the same blocks; room for the worst skew of 15 bytes.
@@ -349,6 +360,10 @@ gemv_f16(const u8* __restrict__ w, const u8* __restrict__ w2, const float* __res
     x += (size_t)blockIdx.y * n_cols;
     y += (size_t)blockIdx.y * n_rows;
     const bool glu = mode >= GEMV_GLU_SILU;
+    const size_t early = min((size_t)n_cols * 2, (size_t)GEMV_PREFETCH_BYTES);
+    prefetch_l2(w + (size_t)row * n_cols * 2, early, lane);
+    if (glu) prefetch_l2(w2 + (size_t)row * n_cols * 2, early, lane);
+    await_previous_kernels();
     const float4* x4 = reinterpret_cast<const float4*>(x);
     const int n_vecs = n_cols / 8;
     float acc[2] = {0.f, 0.f};

@@ -75,6 +75,7 @@ __device__ __forceinline__ float mlx_row_dot(const u32* wr, const u8* scales, co
 extern "C" __global__ void gemv_mlx(const u32* w, const u8* scales, const u8* biases, int type,
                                     int bits, int group, const float* x, float* out, int rows,
                                     int cols, int accumulate) {
+    await_previous_kernels();
     const int lane = threadIdx.x % WARP_SIZE;
     const int r = blockIdx.x * MLX_WARPS + threadIdx.x / WARP_SIZE;
     if (r >= rows) return;
@@ -95,6 +96,7 @@ extern "C" __global__ void gemv_mlx(const u32* w, const u8* scales, const u8* bi
 extern "C" __global__ void dequant_mlx_to_f16(const u32* w, const u8* scales, const u8* biases,
                                               int type, int bits, int group, int rows, int cols,
                                               u16* out) {
+    await_previous_kernels();
     const int per_word = 32 / bits;
     const u32 mask = (1u << bits) - 1u;
     const size_t words = (size_t)rows * (cols / per_word);
@@ -117,6 +119,7 @@ extern "C" __global__ void dequant_mlx_to_f16(const u32* w, const u8* scales, co
 extern "C" __global__ void embed_mlx_rows(const u32* w, const u8* scales, const u8* biases,
                                           int type, int bits, int group, int cols,
                                           const u32* tokens, float* out) {
+    await_previous_kernels();
     const size_t token = tokens[blockIdx.x];
     float* o = out + (size_t)blockIdx.x * cols;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {

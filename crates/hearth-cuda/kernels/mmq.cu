@@ -147,6 +147,7 @@ template <class W>
 __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restrict__ xq,
                                     const float2* __restrict__ xds, float* __restrict__ y,
                                     int n_rows, int n_cols, int n_tok, int accumulate) {
+    await_previous_kernels();
     __shared__ __align__(16) i8 sw[MMQ_ROWS][MMQ_STRIDE];
     __shared__ __align__(16) i8 sx[MMQ_TOKENS][MMQ_STRIDE];
     __shared__ float2 sdw[MMQ_ROWS][MMQ_GROUPS];

@@ -30,6 +30,7 @@ __device__ __forceinline__ double block_sum_f64(double v) {
 
 extern "C" __global__ void rms_norm_groups(const float* x, const float* __restrict__ w, float* y,
                                            int group, float eps) {
+    await_previous_kernels();
     const float* g = x + (size_t)blockIdx.x * group;
     float* out = y + (size_t)blockIdx.x * group;
     double ss = 0.0;
@@ -69,6 +70,7 @@ extern "C" __global__ void rms_norm_quantize(const float* __restrict__ x,
                                              const float* __restrict__ w, float* __restrict__ y,
                                              i8* __restrict__ yq, float2* __restrict__ yds,
                                              int cols, float eps) {
+    await_previous_kernels();
     const size_t row = (size_t)blockIdx.x * cols;
     const int step = 4 * blockDim.x;
     const int first = 4 * threadIdx.x;
@@ -122,6 +124,7 @@ extern "C" __global__ void rms_norm_quantize(const float* __restrict__ x,
 extern "C" __global__ void rope_rows(float* x, const u32* positions, int cols, int head_dim,
                                      int n_rot, float theta_scale, const float* theta_scales,
                                      float freq_scale, const float* factors, int neox) {
+    await_previous_kernels();
     const int half = n_rot / 2;
     const int n_heads = cols / head_dim;
     const float pos = (float)positions[blockIdx.x];
@@ -144,6 +147,7 @@ extern "C" __global__ void rope_rows(float* x, const u32* positions, int cols, i
 
 // gate = act(gate) * up (glu_act in gemv.cu: SiLU, or GELU as ggml's CPU table computes it).
 extern "C" __global__ void glu(float* gate, const float* __restrict__ up, int n, int act) {
+    await_previous_kernels();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         gate[i] = glu_act(gate[i], act) * up[i];
     }
@@ -151,6 +155,7 @@ extern "C" __global__ void glu(float* gate, const float* __restrict__ up, int n,
 
 // x += y.
 extern "C" __global__ void add_f32(float* x, const float* __restrict__ y, int n) {
+    await_previous_kernels();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         x[i] += y[i];
     }
@@ -158,6 +163,7 @@ extern "C" __global__ void add_f32(float* x, const float* __restrict__ y, int n)
 
 // x *= s.
 extern "C" __global__ void scale_f32(float* x, float s, int n) {
+    await_previous_kernels();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         x[i] *= s;
     }
@@ -166,6 +172,7 @@ extern "C" __global__ void scale_f32(float* x, float s, int n) {
 // out[i, :] = x[rows[i], :]. Grid: one block per output row.
 extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* rows, int cols,
                                        float* out) {
+    await_previous_kernels();
     const float* src = x + (size_t)rows[blockIdx.x] * cols;
     float* dst = out + (size_t)blockIdx.x * cols;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
@@ -175,6 +182,7 @@ extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* r
 // expert's tokens).
 extern "C" __global__ void scatter_add_rows(float* __restrict__ x, const float* __restrict__ y,
                                             const u32* rows, const float* weights, int cols) {
+    await_previous_kernels();
     float* dst = x + (size_t)rows[blockIdx.x] * cols;
     const float* src = y + (size_t)blockIdx.x * cols;
     const float w = weights[blockIdx.x];
@@ -197,6 +205,7 @@ extern "C" __global__ void kv_write(const float* __restrict__ k, const float* __
                                     u16* kc, u16* vc, const u32* tok_seq, const u32* tok_pos,
                                     const u32* seq_table, const u32* tables, int kv_dim,
                                     int block_size) {
+    await_previous_kernels();
     const int t = blockIdx.x;
     const size_t slot = kv_slot(tables, seq_table[tok_seq[t]], tok_pos[t], block_size);
     for (int d = threadIdx.x; d < kv_dim; d += blockDim.x) {
@@ -219,6 +228,7 @@ __device__ void attend(const float* __restrict__ q, u16* __restrict__ kc,
                        int n_kv_heads, int head_dim, int block_size, float scale, int window,
                        float softcap, i8* oq, float2* ods, const float* __restrict__ knew,
                        const float* __restrict__ vnew) {
+    await_previous_kernels();
     const int t = blockIdx.y, h = blockIdx.x;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int kv_dim = n_kv_heads * head_dim;
@@ -360,6 +370,7 @@ extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, con
                                         int head_dim, float eps, int n_rot, float theta_scale,
                                         const float* theta_scales, float freq_scale,
                                         const float* factors, int neox) {
+    await_previous_kernels();
     __shared__ float head[256];
     const int t = blockIdx.y, hi = blockIdx.x;
     const bool is_q = hi < n_q_heads;

@@ -17,6 +17,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // y[row] = x[row] / sqrt(mean(x[row]^2) + eps) * w, for rows of `dim` values.
 extern "C" __global__ void rms_norm_f32(const float* __restrict__ x, const float* __restrict__ w,
                                         float* __restrict__ y, int dim, float eps) {
+    await_previous_kernels();
     __shared__ float scratch[WARP_SIZE];
     const float* xr = x + (size_t)blockIdx.x * dim;
     float* yr = y + (size_t)blockIdx.x * dim;
@@ -43,6 +44,7 @@ __device__ __forceinline__ void keep_better(float& best, int& best_i, float v, i
 // wins, and a row of only NaN gives 0.
 extern "C" __global__ void argmax_f32(const float* __restrict__ logits, u32* __restrict__ out,
                                       int n_cols) {
+    await_previous_kernels();
     __shared__ float best_v[WARP_SIZE];
     __shared__ int best_idx[WARP_SIZE];
     const float* r = logits + (size_t)blockIdx.x * n_cols;

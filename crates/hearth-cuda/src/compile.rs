@@ -126,6 +126,103 @@ mod tests {
         }
     }
 
+    /// Kernels are launched so that each may start before the one before it ends
+    /// (backend/dependent_launch.rs). One that reads earlier results without first calling
+    /// `await_previous_kernels` would race, and only sometimes: so every kernel must call it,
+    /// itself or through a device function that does.
+    #[test]
+    fn every_kernel_awaits_the_kernels_before_it() {
+        let functions = function_definitions(KERNEL_SOURCE);
+        let kernels: Vec<_> = functions.iter().filter(|f| f.kernel).collect();
+        assert!(kernels.len() >= 40, "found {} kernels", kernels.len());
+        // Device functions that wait, directly or through another: to a fixed point.
+        let mut waiting = vec!["await_previous_kernels".to_string()];
+        loop {
+            let more: Vec<String> = functions
+                .iter()
+                .filter(|f| !f.kernel && !waiting.contains(&f.name))
+                .filter(|f| calls_any(&f.body, &waiting))
+                .map(|f| f.name.clone())
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            waiting.extend(more);
+        }
+        for k in kernels {
+            assert!(
+                calls_any(&k.body, &waiting),
+                "kernel {} never calls await_previous_kernels",
+                k.name
+            );
+        }
+    }
+
+    struct Function {
+        name: String,
+        kernel: bool,
+        body: String,
+    }
+
+    /// The `__global__` and `__device__` functions with a body in CUDA source `src`.
+    fn function_definitions(src: &str) -> Vec<Function> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while let Some(i) = src[at..].find("__").map(|i| at + i) {
+            at = i + 2;
+            let kernel = src[i..].starts_with("__global__");
+            if !kernel && !src[i..].starts_with("__device__") {
+                continue;
+            }
+            // A definition: a parameter list, then `{` before any `;`.
+            let rest = &src[i..];
+            let (Some(open), semi) = (rest.find('{'), rest.find(';')) else {
+                break;
+            };
+            if semi.is_some_and(|s| s < open) || !rest[..open].contains('(') {
+                continue;
+            }
+            let mut header = &rest[..open];
+            if let Some(b) = header.find("__launch_bounds__") {
+                header = header[b..].split_once(')').map_or("", |(_, h)| h);
+            }
+            let name = header.split('(').next().unwrap_or("");
+            let name = name.split_whitespace().last().unwrap_or("").to_string();
+            let mut depth = 0;
+            let mut end = open;
+            for (j, c) in rest[open..].char_indices() {
+                depth += match c {
+                    '{' => 1,
+                    '}' => -1,
+                    _ => 0,
+                };
+                if depth == 0 {
+                    end = open + j;
+                    break;
+                }
+            }
+            out.push(Function {
+                name,
+                kernel,
+                body: rest[open + 1..end].to_string(),
+            });
+            at = i + end;
+        }
+        out
+    }
+
+    /// Whether `body` calls one of `names` (plainly or with template arguments).
+    fn calls_any(body: &str, names: &[String]) -> bool {
+        names.iter().any(|n| {
+            body.match_indices(n.as_str()).any(|(i, _)| {
+                let before = body[..i].chars().last();
+                let after = body[i + n.len()..].chars().next();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    && matches!(after, Some('(') | Some('<'))
+            })
+        })
+    }
+
     /// NVRTC needs no GPU, so wherever the library loads (with or without a driver) the
     /// kernels must compile for the archs hearth targets.
     #[test]

@@ -4,6 +4,7 @@ use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use hearth_quant::GgmlType;
 
+use super::dependent_launch;
 use super::mmq::mmq_kernel;
 use super::state::{Halved, Mode, Quantized, State};
 use super::{CudaBackend, CudaTensor, CudaWeight};
@@ -88,6 +89,14 @@ impl CudaBackend {
             return Ok(());
         }
         let f = self.dev.function(name)?;
+        if self.overlap_launches {
+            let stream = self.dev.stream().cu_stream();
+            // SAFETY: as below; every kernel calls await_previous_kernels (checked by
+            // compile.rs's tests) before it reads another kernel's results or writes.
+            return unsafe {
+                dependent_launch::launch_overlapping(f.cu_function(), stream, grid, threads, args)
+            };
+        }
         let mut b = self.dev.stream().launch_builder(f);
         for a in args {
             match a {

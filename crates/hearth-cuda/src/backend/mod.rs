@@ -6,6 +6,7 @@
 //! (`state.rs` explains the modes).
 
 mod attention;
+mod dependent_launch;
 mod forward;
 mod launch;
 mod memory;
@@ -92,6 +93,8 @@ pub struct CudaBackend {
     /// `None` when cuBLAS is not installed: larger batches then use the GEMV kernels.
     blas: Option<Blas>,
     state: Mutex<State>,
+    /// Whether kernels are launched for programmatic dependent launch (see `launch.rs`).
+    overlap_launches: bool,
 }
 
 impl CudaBackend {
@@ -130,10 +133,13 @@ impl CudaBackend {
             None
         };
         let pinned = Pinned::new(dev.context(), PINNED_START)?;
+        let overlap_launches = dependent_launch::overlap_launches(dev.info().compute_capability);
+        tracing::debug!(overlap_launches, "CUDA backend opened");
         Ok(Self {
             dev,
             blas,
             state: Mutex::new(State::new(pinned)),
+            overlap_launches,
         })
     }
 
