@@ -185,6 +185,11 @@ phase_hearth() {
     hearth_bench "$f" --greedy >"$out/hearth-$name-greedy.json" || status=1
     hearth_bench_parallel "$f" --greedy >"$out/hearth-$name-par-greedy.json" || status=1
     cat "$out/hearth-$name-greedy.json" "$out/hearth-$name-par-greedy.json"
+    # Sampling at the default settings as a server runs it: top-k on the GPU, draws on the CPU.
+    echo "== hearth $name, --sample, 1 and $NPL sequences"
+    hearth_bench "$f" --sample >"$out/hearth-$name-sample.json" || status=1
+    hearth_bench_parallel "$f" --sample >"$out/hearth-$name-par-sample.json" || status=1
+    cat "$out/hearth-$name-sample.json" "$out/hearth-$name-par-sample.json"
   done
   return "$status"
 }

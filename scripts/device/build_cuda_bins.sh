@@ -14,7 +14,7 @@ cargo build --release -p hearth-cli
 engine_tests=(cuda_vs_cpu hf_folder hf_archs moe_gguf mlx_folder golden_models)
 tests_json=$(cargo test --release -p hearth-cuda -p hearth-engine -p hearth-wgpu --lib --test gpu \
   --test mlx --test attention --test decode_norm --test rope --test fused_quantize --test mmq \
-  --test conformance --test normed_input --test argmax --test read_back \
+  --test conformance --test normed_input --test argmax --test top_k --test read_back \
   "${engine_tests[@]/#/--test=}" --no-run --message-format=json 2>/dev/null)
 target_dir=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
@@ -41,9 +41,9 @@ for line in sys.stdin:
             dest = ".device-bin/test-engine-" + name
         elif "hearth-wgpu" in pkg:
             # The op conformance table, the matmuls that quantize (and norm) their own
-            # input, the MLX weights and greedy decoding's argmax through Vulkan (its unit
+            # input, the MLX weights and the argmax of greedy decoding through Vulkan (its unit
             # tests need no GPU).
-            if name not in ("conformance", "normed_input", "mlx", "argmax"):
+            if name not in ("conformance", "normed_input", "mlx", "argmax", "top_k"):
                 continue
             dest = ".device-bin/test-wgpu-" + name
         else:

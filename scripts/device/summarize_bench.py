@@ -94,7 +94,7 @@ def model_names(out):
         names.add(p.name[len("llama-bench-"):-len(".json")])
     for p in out.glob("hearth-*.json"):
         n = p.name[len("hearth-"):-len(".json")]
-        for suffix in ("-greedy", "-par"):
+        for suffix in ("-greedy", "-sample", "-par"):
             n = n[: -len(suffix)] if n.endswith(suffix) else n
         names.add(n)
     return sorted(names)
@@ -122,14 +122,18 @@ def main(out):
             f" | tg128 x{npl if npl else '-'} {fmt(lpar)} / {fmt(hpar)} ({ratio(hpar, lpar)})"
             f" | bw llama.cpp {frac(ltg, size, bw_bytes)} hearth {frac(htg, size, bw_bytes)}"
         )
-        _, gtg = hearth(out, name, "-greedy")
-        _, gpar = hearth_parallel(out, name, "-greedy")
-        if gtg or gpar:
-            print(
-                f"{name}: hearth --greedy (argmax on the GPU)"
-                f" | tg128 {fmt(ltg)} / {fmt(gtg)} ({ratio(gtg, ltg)})"
-                f" | tg128 x{npl if npl else '-'} {fmt(lpar)} / {fmt(gpar)} ({ratio(gpar, lpar)})"
-            )
+        for suffix, what in (
+            ("-greedy", "--greedy (argmax on the GPU)"),
+            ("-sample", "--sample (top-k on the GPU, draws on the CPU)"),
+        ):
+            _, gtg = hearth(out, name, suffix)
+            _, gpar = hearth_parallel(out, name, suffix)
+            if gtg or gpar:
+                print(
+                    f"{name}: hearth {what}"
+                    f" | tg128 {fmt(ltg)} / {fmt(gtg)} ({ratio(gtg, ltg)})"
+                    f" | tg128 x{npl if npl else '-'} {fmt(lpar)} / {fmt(gpar)} ({ratio(gpar, lpar)})"
+                )
     phases = out / "phases.tsv"
     if phases.exists():
         rows = [line.split("\t") for line in phases.read_text().splitlines() if line.strip()]

@@ -101,6 +101,29 @@ pub trait Backend: Send + Sync {
         out.extend(values.chunks(cols.max(1)).map(hearth_sampler::argmax));
         Ok(())
     }
+    /// The `k` best values of each row of `t` (`1 <= k <= cols`), best first, appended as
+    /// `k` candidates per row to `out` (replacing what it held): `hearth_sampler::best_of_rows`'s
+    /// selection and order (higher value, then lower index; NaN as -inf). What sampling with a
+    /// top-k stage needs (`Sampler::sample_best`): a GPU backend selects them on the device and
+    /// copies back `k` candidates per row instead of the row. The default copies the rows back
+    /// and selects here.
+    fn top_k_rows(
+        &self,
+        t: &Self::Tensor,
+        k: usize,
+        out: &mut Vec<hearth_sampler::Candidate>,
+    ) -> Result<(), BackendError> {
+        let (_, cols) = self.shape(t);
+        if k == 0 || k > cols {
+            return Err(BackendError::Unsupported(format!(
+                "top-{k} of rows of {cols} values"
+            )));
+        }
+        let values = self.to_host(t)?;
+        out.clear();
+        hearth_sampler::best_of_rows(&values, cols, k, out);
+        Ok(())
+    }
     /// A copy of a tensor.
     fn copy(&self, t: &Self::Tensor) -> Result<Self::Tensor, BackendError>;
     /// `(rows, cols)` of a tensor.

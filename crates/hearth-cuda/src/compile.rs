@@ -16,6 +16,8 @@ pub const KERNEL_SOURCE: &str = concat!(
     "\n",
     include_str!("../kernels/reduce.cu"),
     "\n",
+    include_str!("../kernels/top_k.cu"),
+    "\n",
     include_str!("../kernels/dequant.cu"),
     "\n",
     include_str!("../kernels/mlx.cu"),
@@ -221,6 +223,15 @@ mod tests {
                     && matches!(after, Some('(') | Some('<'))
             })
         })
+    }
+
+    #[test]
+    fn the_top_k_kernel_holds_as_many_candidates_as_the_host_asks_for() {
+        let define = format!("#define TOP_K_MAX {}", crate::backend::TOP_K_MAX);
+        assert!(
+            KERNEL_SOURCE.contains(&define),
+            "kernels/top_k.cu lacks `{define}`"
+        );
     }
 
     /// NVRTC needs no GPU, so wherever the library loads (with or without a driver) the

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 50] = [
+pub(crate) const KERNEL_NAMES: [&str; 51] = [
     "gemv_f16",
     "gemv_q8_0",
     "gemv_q4_0",
@@ -25,6 +25,7 @@ pub(crate) const KERNEL_NAMES: [&str; 50] = [
     "gemv_q6_k",
     "rms_norm_f32",
     "argmax_f32",
+    "top_k_f32",
     "embed_rows",
     "dequant_to_f16",
     "gemv_any",

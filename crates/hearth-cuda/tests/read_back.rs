@@ -36,3 +36,54 @@ fn tensors_come_back_unchanged_and_argmax_rows_pick_the_samplers_ids() {
         assert!(ids.iter().all(|&i| i == 7));
     }
 }
+
+/// The k best of each row, selected on the device, against the sampler's own selection:
+/// ties at the k-th place (the lower ids must win), NaN (as -inf), infinities, both zeros
+/// (+0 before -0), rows shorter than k's block, k from 1 to the kernel's largest, and rows
+/// of a real vocabulary's width.
+#[test]
+fn top_k_rows_select_what_the_sampler_selects() {
+    let Some(be) = gpu() else { return };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    for (rows, cols) in [(3, 7), (4, 200), (2, 5000), (3, 151_936)] {
+        let mut host: Vec<f32> = (0..rows * cols)
+            .map(|_| (rng.gen_range(-16.0f32..16.0) * 4.0).round() / 4.0)
+            .collect();
+        let row = |r: usize, c: usize| r * cols + c % cols;
+        host[row(0, 3)] = f32::NAN;
+        host[row(0, 5)] = f32::INFINITY;
+        host[row(1, 1)] = 0.0;
+        host[row(1, 2)] = -0.0;
+        if rows > 2 {
+            // A row of one value: every pick is a tie.
+            host[row(2, 0)..row(2, 0) + cols].fill(-0.0);
+        }
+        be.begin_forward(None);
+        let t = be.upload(&host, rows, cols).expect("upload");
+        for k in [1, 2, 5, 40, 100, 128] {
+            let k = k.min(cols);
+            let mut got = Vec::new();
+            be.top_k_rows(&t, k, &mut got).expect("top k");
+            let mut want = Vec::new();
+            // The exact order: a full sort, not the sampler's fast path.
+            for r in host.chunks(cols) {
+                let mut all = hearth_sampler::Candidates::new();
+                all.fill(r);
+                all.sort_prefix(k);
+                all.truncate(k);
+                want.extend_from_slice(all.as_slice());
+            }
+            let bits = |c: &[hearth_sampler::Candidate]| -> Vec<(u32, u32)> {
+                c.iter().map(|c| (c.id, c.logit.to_bits())).collect()
+            };
+            assert_eq!(bits(&got), bits(&want), "{rows} rows of {cols}, k {k}");
+            let mut sampler_view = Vec::new();
+            hearth_sampler::best_of_rows(&host, cols, k, &mut sampler_view);
+            assert_eq!(
+                bits(&sampler_view),
+                bits(&want),
+                "best_of_rows, {cols} k {k}"
+            );
+        }
+    }
+}

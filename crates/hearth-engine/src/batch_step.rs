@@ -2,6 +2,7 @@
 
 use hearth_backend::AttnSeq;
 use hearth_models::Batch;
+use hearth_sampler::Candidate;
 
 use crate::engine::BLOCK_SIZE;
 use crate::runner::Want;
@@ -48,6 +49,28 @@ impl Engine {
     pub fn step_batch_argmax(&mut self, work: &mut [SeqStep]) -> Result<&[u32], EngineError> {
         self.run_step(work, Want::Argmax)?;
         Ok(&self.argmax)
+    }
+
+    /// [`Engine::step_batch_logits`] for sampling with a top-k stage: the `k` best candidates
+    /// of each wanted row, best first (`hearth_sampler::best_of_rows`'s order), `k` per row
+    /// (every token when the vocabulary has fewer), every sequence's rows one after the other.
+    /// A GPU selects them on the device and copies back `k` candidates per row instead of the
+    /// logits; `Sampler::sample_best` draws from them what it would from the row.
+    pub fn step_batch_best(
+        &mut self,
+        work: &mut [SeqStep],
+        k: usize,
+    ) -> Result<&[Candidate], EngineError> {
+        let k = self.best_per_row(k)?;
+        let n_rows: usize = work.iter().map(|w| w.logits_rows.len()).sum();
+        self.run_step(work, Want::Best(k))?;
+        if self.best.len() != k * n_rows {
+            return Err(EngineError::Invalid(format!(
+                "the forward pass returned {} candidates for {n_rows} rows of {k}",
+                self.best.len()
+            )));
+        }
+        Ok(&self.best)
     }
 
     fn run_step(&mut self, work: &mut [SeqStep], want: Want) -> Result<(), EngineError> {
@@ -104,10 +127,10 @@ impl Engine {
             seqs: &seqs,
             logits_rows: &logits_rows,
         };
-        let (logits, ids) = (&mut self.logits, &mut self.argmax);
+        let (logits, ids, best) = (&mut self.logits, &mut self.argmax, &mut self.best);
         let result = self
             .runner
-            .forward_wanting(want, &batch, BLOCK_SIZE, logits, ids);
+            .forward_wanting(want, &batch, BLOCK_SIZE, logits, ids, best);
         drop(seqs);
         if let Err(e) = result {
             self.roll_back(work, &before);

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use hearth_backend::{KvSpec, KvType};
 use hearth_gguf::GgufFile;
 use hearth_kv::BlockPool;
+use hearth_sampler::Candidate;
 use hearth_tokenizer::{ChatMessage, Tokenizer};
 
 use crate::runner::{load_runner, Device, ModelRunner};
@@ -77,6 +78,8 @@ pub struct Engine {
     pub(crate) logits: Vec<f32>,
     /// The last greedy step's token ids, reused across steps.
     pub(crate) argmax: Vec<u32>,
+    /// The last top-k step's candidates, `k` per row, reused across steps.
+    pub(crate) best: Vec<Candidate>,
     pub(crate) pool: BlockPool,
     pub tokenizer: Arc<Tokenizer>,
     prompt: PromptBuilder,
@@ -150,6 +153,7 @@ impl Engine {
             runner: loaded.runner,
             logits: Vec::new(),
             argmax: Vec::new(),
+            best: Vec::new(),
             pool: BlockPool::new(n_blocks, BLOCK_SIZE),
             prompt: PromptBuilder::new(tokenizer.clone(), template),
             tokenizer,
@@ -199,6 +203,18 @@ impl Engine {
     pub fn feed_argmax(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<u32, EngineError> {
         let last = self.feed_all_but_last_chunk(seq, tokens)?;
         self.step_argmax(seq, last)
+    }
+
+    /// [`Engine::feed`] for sampling with a top-k stage: returns the `k` best candidates after
+    /// the last token (see [`Engine::step_best`]).
+    pub fn feed_best(
+        &mut self,
+        seq: &mut Sequence,
+        tokens: &[u32],
+        k: usize,
+    ) -> Result<Vec<Candidate>, EngineError> {
+        let last = self.feed_all_but_last_chunk(seq, tokens)?;
+        self.step_best(seq, last, k)
     }
 
     /// Checks `tokens`, keeps the prefix of them `seq` caches, runs the rest in chunks of the
@@ -258,6 +274,39 @@ impl Engine {
         ids.first().copied().ok_or_else(|| {
             EngineError::Invalid("the forward pass returned no token for its last row".into())
         })
+    }
+
+    /// [`Engine::step`] for sampling with a top-k stage: returns the `k` best candidates after
+    /// the last token, best first (`hearth_sampler::best_of_rows`'s order; every token when the
+    /// vocabulary has fewer than `k`), selected on the device. What
+    /// `Sampler::sample_best` draws from.
+    pub fn step_best(
+        &mut self,
+        seq: &mut Sequence,
+        tokens: &[u32],
+        k: usize,
+    ) -> Result<Vec<Candidate>, EngineError> {
+        let Some(last) = tokens.len().checked_sub(1) else {
+            return Err(EngineError::EmptyPrompt);
+        };
+        let mut work = [SeqStep {
+            seq,
+            tokens,
+            logits_rows: vec![last],
+        }];
+        // NOTE: `step_batch_best` checks that one row's worth of candidates came back.
+        Ok(self.step_batch_best(&mut work, k)?.to_vec())
+    }
+
+    /// How many candidates a top-k step of `k` brings back per row: `k`, or the whole
+    /// vocabulary when it is smaller (the model selects among the vocabulary only).
+    pub(crate) fn best_per_row(&self, k: usize) -> Result<usize, EngineError> {
+        if k == 0 {
+            return Err(EngineError::Invalid(
+                "the 0 best candidates were asked for".into(),
+            ));
+        }
+        Ok(k.min(self.n_vocab()))
     }
 
     /// Run `tokens` as the next tokens of `seq`; returns the logits after the last one.

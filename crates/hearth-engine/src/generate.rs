@@ -1,6 +1,6 @@
 use std::time::{Duration, Instant};
 
-use hearth_sampler::Sampler;
+use hearth_sampler::{Candidate, Sampler, MAX_DEVICE_TOP_K};
 use hearth_tokenizer::StreamDecoder;
 
 use crate::{Engine, EngineError, Sequence};
@@ -48,6 +48,32 @@ enum Next {
     Logits(Vec<f32>),
     /// Picked on the device already.
     Token(u32),
+    /// The row's best candidates, selected on the device.
+    Best(Vec<Candidate>),
+}
+
+/// What each step brings back for `generate`: the least the sampler needs.
+#[derive(Clone, Copy)]
+enum Path {
+    Logits,
+    Argmax,
+    /// The `k` best candidates.
+    Best(usize),
+}
+
+impl Path {
+    fn of(sampler: &Sampler) -> Path {
+        // NOTE: greedy decoding without penalties takes each token's argmax from the device
+        // (one word per step instead of the logits); sampling with a small top-k and no
+        // penalties takes the k best candidates. The sampler picks the same token either way.
+        if sampler.is_argmax() {
+            return Path::Argmax;
+        }
+        match sampler.best_needed() {
+            Some(k) if k <= MAX_DEVICE_TOP_K => Path::Best(k),
+            _ => Path::Logits,
+        }
+    }
 }
 
 impl Engine {
@@ -63,13 +89,11 @@ impl Engine {
     ) -> Result<GenerationReport, EngineError> {
         let t0 = Instant::now();
         let n_cached = Engine::reusable_prefix(seq, prompt);
-        // NOTE: greedy decoding without penalties takes each token's argmax from the device
-        // (one word per step instead of the logits); the sampler would pick the same token.
-        let on_device = sampler.is_argmax();
-        let mut next = if on_device {
-            Next::Token(self.feed_argmax(seq, prompt)?)
-        } else {
-            Next::Logits(self.feed(seq, prompt)?)
+        let path = Path::of(sampler);
+        let mut next = match path {
+            Path::Argmax => Next::Token(self.feed_argmax(seq, prompt)?),
+            Path::Best(k) => Next::Best(self.feed_best(seq, prompt, k)?),
+            Path::Logits => Next::Logits(self.feed(seq, prompt)?),
         };
         let prompt_time = t0.elapsed();
         let t1 = Instant::now();
@@ -87,6 +111,7 @@ impl Engine {
         while report.n_generated < max_tokens {
             let token = match &next {
                 Next::Token(t) => *t,
+                Next::Best(best) => sampler.sample_best(best),
                 Next::Logits(logits) => sampler.sample(logits, seq.tokens()),
             };
             report.n_generated += 1;
@@ -107,10 +132,10 @@ impl Engine {
                 report.finish = FinishReason::ContextFull;
                 break;
             }
-            next = if on_device {
-                Next::Token(self.step_argmax(seq, &[token])?)
-            } else {
-                Next::Logits(self.step(seq, &[token])?)
+            next = match path {
+                Path::Argmax => Next::Token(self.step_argmax(seq, &[token])?),
+                Path::Best(k) => Next::Best(self.step_best(seq, &[token], k)?),
+                Path::Logits => Next::Logits(self.step(seq, &[token])?),
             };
         }
         let rest = decoder.finish();

@@ -3,6 +3,7 @@
 use hearth_backend::AttnSeq;
 use hearth_kv::BlockPool;
 use hearth_models::Batch;
+use hearth_sampler::Candidate;
 
 use crate::engine::BLOCK_SIZE;
 use crate::runner::Want;
@@ -11,14 +12,19 @@ use crate::{Engine, EngineError};
 
 /// What a plan's step left for each sequence that samples, in plan order: its next-token
 /// logits, one `[n_vocab]` row each, kept in the forward pass's own buffer (no copy per
-/// sequence); or, from [`Engine::run_plan_argmax`], the token the device picked.
+/// sequence); or, from [`Engine::run_plan_argmax`], the token the device picked; or, from
+/// [`Engine::run_plan_best`], its `k` best candidates.
 #[derive(Debug, Default)]
 pub struct PlanOutput {
     ids: Vec<RequestId>,
-    /// `[ids.len(), n_vocab]` row-major; empty after a greedy step.
+    /// What the step brought back; only that buffer below is filled.
+    want: Want,
+    /// `[ids.len(), n_vocab]` row-major after a logits step; empty otherwise.
     rows: Vec<f32>,
     /// One per id after a greedy step; empty otherwise.
     tokens: Vec<u32>,
+    /// `[ids.len(), k]` after a top-k step, each row best first; empty otherwise.
+    best: Vec<Candidate>,
     n_vocab: usize,
 }
 
@@ -29,17 +35,21 @@ pub enum NextToken<'a> {
     Logits(&'a [f32]),
     /// The largest logit's id, found on the device.
     Picked(u32),
+    /// Its `k` best candidates, best first, selected on the device: what
+    /// `Sampler::sample_best` draws from.
+    Best(&'a [Candidate]),
 }
 
 impl PlanOutput {
     /// (request, what it samples from), in plan order.
     pub fn iter(&self) -> impl Iterator<Item = (RequestId, NextToken<'_>)> {
-        // NOTE: `run_plan_with` checks that rows or tokens match the ids in number.
+        // NOTE: `run_plan_with` checks that the filled buffer matches the ids in number.
         let n = self.n_vocab.max(1);
         self.ids.iter().enumerate().map(move |(i, &id)| {
-            let next = match self.tokens.get(i) {
-                Some(&t) => NextToken::Picked(t),
-                None => NextToken::Logits(&self.rows[i * n..(i + 1) * n]),
+            let next = match self.want {
+                Want::Logits => NextToken::Logits(&self.rows[i * n..(i + 1) * n]),
+                Want::Argmax => NextToken::Picked(self.tokens[i]),
+                Want::Best(k) => NextToken::Best(&self.best[i * k..(i + 1) * k]),
             };
             (id, next)
         })
@@ -63,6 +73,9 @@ impl Engine {
         if out.tokens.capacity() > self.argmax.capacity() {
             self.argmax = out.tokens;
         }
+        if out.best.capacity() > self.best.capacity() {
+            self.best = out.best;
+        }
     }
 
     /// A scheduler that owns this engine's KV block pool. From then on the cache belongs to
@@ -84,6 +97,16 @@ impl Engine {
     /// `hearth_sampler::argmax`), found on the device, instead of its logits.
     pub fn run_plan_argmax(&mut self, plan: &StepPlan) -> Result<PlanOutput, EngineError> {
         self.run_plan_with(plan, Want::Argmax)
+    }
+
+    /// [`Engine::run_plan`] where every sampling sequence draws with a top-k stage of at most
+    /// `k` and no penalties (or greedily): returns each one's `k` best candidates, best first
+    /// (`hearth_sampler::best_of_rows`'s order; every token when the vocabulary has fewer),
+    /// selected on the device, instead of its logits. `Sampler::sample_best` draws from them
+    /// what `Sampler::sample` would from the logits.
+    pub fn run_plan_best(&mut self, plan: &StepPlan, k: usize) -> Result<PlanOutput, EngineError> {
+        let k = self.best_per_row(k)?;
+        self.run_plan_with(plan, Want::Best(k))
     }
 
     fn run_plan_with(&mut self, plan: &StepPlan, want: Want) -> Result<PlanOutput, EngineError> {
@@ -132,39 +155,48 @@ impl Engine {
         };
         let mut rows = std::mem::take(&mut self.logits);
         let mut picked = std::mem::take(&mut self.argmax);
-        let result = self
-            .runner
-            .forward_wanting(want, &batch, BLOCK_SIZE, &mut rows, &mut picked);
+        let mut best = std::mem::take(&mut self.best);
+        let result = self.runner.forward_wanting(
+            want,
+            &batch,
+            BLOCK_SIZE,
+            &mut rows,
+            &mut picked,
+            &mut best,
+        );
         let n_vocab = self.n_vocab();
         let complete = match want {
             Want::Logits => rows.len() == logits_rows.len() * n_vocab,
             Want::Argmax => picked.len() == logits_rows.len(),
+            Want::Best(k) => best.len() == logits_rows.len() * k,
         };
         if result.is_err() || !complete {
             self.logits = rows;
             self.argmax = picked;
+            self.best = best;
             result?;
             return Err(EngineError::Invalid(format!(
                 "the forward pass returned a result of the wrong size for {} rows",
                 logits_rows.len()
             )));
         }
-        // The buffer this step did not use stays with the engine. NOTE: an empty `tokens` is
-        // what makes `PlanOutput::iter` read the rows.
-        let (rows, picked) = match want {
-            Want::Logits => (rows, std::mem::replace(&mut self.argmax, picked)),
-            Want::Argmax => (std::mem::replace(&mut self.logits, rows), picked),
-        };
-        Ok(PlanOutput {
+        let mut out = PlanOutput {
             ids: plan
                 .seqs
                 .iter()
                 .filter(|s| s.sample)
                 .map(|s| s.id)
                 .collect(),
-            rows,
-            tokens: picked,
+            want,
             n_vocab,
-        })
+            ..PlanOutput::default()
+        };
+        // The output takes the buffer this step filled; the others stay with the engine.
+        match want {
+            Want::Logits => (out.rows, self.argmax, self.best) = (rows, picked, best),
+            Want::Argmax => (self.logits, out.tokens, self.best) = (rows, picked, best),
+            Want::Best(_) => (self.logits, self.argmax, out.best) = (rows, picked, best),
+        }
+        Ok(out)
     }
 }

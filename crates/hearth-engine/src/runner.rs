@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use hearth_backend::{cpu::CpuBackend, Backend, KvSpec};
 use hearth_models::{Batch, DecoderConfig, DecoderModel, ModelError, TensorLoader, TensorSource};
+use hearth_sampler::Candidate;
 
 use crate::EngineError;
 
@@ -45,12 +46,15 @@ impl std::str::FromStr for Device {
 }
 
 /// What a step brings back for its wanted rows.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Want {
     /// Their logits.
+    #[default]
     Logits,
     /// Each one's argmax, found on the device.
     Argmax,
+    /// Each one's `k` best candidates, best first, selected on the device.
+    Best(usize),
 }
 
 /// What the engine needs from a loaded model, whatever backend holds it.
@@ -71,7 +75,17 @@ pub(crate) trait ModelRunner: Send {
         block_size: usize,
         ids: &mut Vec<u32>,
     ) -> Result<(), ModelError>;
-    /// [`Self::forward`] or [`Self::forward_argmax`], as `want` says, into `logits` or `ids`.
+    /// One forward step that keeps only each wanted row's `k` best candidates, `k` per row
+    /// (see [`DecoderModel::forward_best_into`]).
+    fn forward_best(
+        &mut self,
+        batch: &Batch,
+        block_size: usize,
+        k: usize,
+        best: &mut Vec<Candidate>,
+    ) -> Result<(), ModelError>;
+    /// [`Self::forward`], [`Self::forward_argmax`] or [`Self::forward_best`], as `want` says,
+    /// into `logits`, `ids` or `best`.
     fn forward_wanting(
         &mut self,
         want: Want,
@@ -79,10 +93,12 @@ pub(crate) trait ModelRunner: Send {
         block_size: usize,
         logits: &mut Vec<f32>,
         ids: &mut Vec<u32>,
+        best: &mut Vec<Candidate>,
     ) -> Result<(), ModelError> {
         match want {
             Want::Logits => self.forward(batch, block_size, logits),
             Want::Argmax => self.forward_argmax(batch, block_size, ids),
+            Want::Best(k) => self.forward_best(batch, block_size, k, best),
         }
     }
     fn set_tracing(&self, on: bool);
@@ -118,6 +134,17 @@ impl<B: Backend> ModelRunner for Loaded<B> {
     ) -> Result<(), ModelError> {
         self.model
             .forward_argmax_into(&self.backend, batch, &mut self.cache, block_size, ids)
+    }
+
+    fn forward_best(
+        &mut self,
+        batch: &Batch,
+        block_size: usize,
+        k: usize,
+        best: &mut Vec<Candidate>,
+    ) -> Result<(), ModelError> {
+        self.model
+            .forward_best_into(&self.backend, batch, &mut self.cache, block_size, k, best)
     }
 
     fn set_tracing(&self, on: bool) {

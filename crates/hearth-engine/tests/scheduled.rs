@@ -1,14 +1,16 @@
 //! The server's path: requests run through the scheduler, many per forward step, with chunked
 //! prefill, prefix caching and preemption. At temperature 0 every request must produce
 //! exactly the tokens it produces alone through the plain one-sequence path, whether a step
-//! brings back logits or the device's argmax.
+//! brings back logits, the device's argmax or the device's best candidates. And a step that
+//! brings back each row's best candidates must bring back exactly the best of the logits the
+//! same step gives, from which seeded samplers draw the same tokens.
 
 mod common;
 
 use common::{model_path, open_engine};
 use hearth_engine::scheduler::{FinishReason, RequestId, SchedulerConfig};
 use hearth_engine::{Engine, EngineOptions, NextToken, Sequence};
-use hearth_sampler::{argmax, Sampler, SamplingParams};
+use hearth_sampler::{argmax, best_of_rows, Sampler, SamplingParams, MAX_DEVICE_TOP_K};
 
 const MAX_NEW: usize = 12;
 
@@ -56,6 +58,7 @@ fn scheduled(
     for (id, p) in prompts.iter().enumerate() {
         sched.add(id as RequestId, p.clone(), MAX_NEW).expect("add");
     }
+    let mut greedy = Sampler::new(SamplingParams::greedy()).expect("greedy");
     let mut out: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
     let mut n_done = 0;
     let mut n_preempted = 0;
@@ -67,12 +70,13 @@ fn scheduled(
         n_preempted += plan.preempted.len();
         assert!(plan.n_tokens() <= config.max_batch_tokens);
         assert!(plan.seqs.len() <= config.max_seqs);
-        // Every other step takes the device's argmax instead of the logits: both must give
-        // the tokens each request gives alone.
-        let step = if n_steps % 2 == 0 {
-            engine.run_plan_argmax(&plan)
-        } else {
-            engine.run_plan(&plan)
+        // Steps take in turn the logits, the device's argmax and the device's 40 best
+        // candidates (as the server runs greedy requests beside top-k ones): all must give the
+        // tokens each request gives alone.
+        let step = match n_steps % 3 {
+            0 => engine.run_plan_argmax(&plan),
+            1 => engine.run_plan(&plan),
+            _ => engine.run_plan_best(&plan, 40),
         };
         let step = step.expect("run plan");
         let sampled: Vec<(RequestId, u32, bool)> = step
@@ -81,6 +85,10 @@ fn scheduled(
                 let t = match next {
                     NextToken::Logits(row) => argmax(row),
                     NextToken::Picked(t) => t,
+                    NextToken::Best(best) => {
+                        assert_eq!(best.len(), 40, "request {id}: candidates per row");
+                        greedy.sample_best(best)
+                    }
                 };
                 (id, t, engine.tokenizer.is_eog(t))
             })
@@ -138,6 +146,142 @@ fn check(
             "the pool was meant to be too small to hold every request"
         );
     }
+}
+
+/// Request `id`'s sampling settings: the defaults (top-k 40), a small top-k, the largest top-k
+/// the device selects, and greedy; so a step's `k`, the largest its requests need, is often
+/// more than some of them need.
+fn sampling_params(id: RequestId) -> SamplingParams {
+    let seed = Some(1000 + id);
+    match id % 4 {
+        0 => SamplingParams {
+            seed,
+            ..SamplingParams::default()
+        },
+        1 => SamplingParams {
+            temperature: 1.0,
+            top_k: 5,
+            seed,
+            ..SamplingParams::default()
+        },
+        2 => SamplingParams {
+            temperature: 1.2,
+            top_k: MAX_DEVICE_TOP_K,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed,
+            ..SamplingParams::default()
+        },
+        _ => SamplingParams::greedy(),
+    }
+}
+
+/// Two identical engines run the same plans, one bringing back the logits (`run_plan`), the
+/// other each sampling row's best candidates (`run_plan_best`, with the largest `k` the step's
+/// requests need, as the server chooses it). The candidates must be exactly `best_of_rows` of
+/// the logits, and each request's seeded sampler must draw the same token from either.
+fn check_best_against_logits(model: &str, n_requests: usize, config: SchedulerConfig) {
+    let path = model_path(model);
+    let opts = EngineOptions {
+        n_ctx: 1024,
+        n_kv_tokens: n_requests * 256,
+        n_threads: 2,
+        device: common::test_device(),
+        ..EngineOptions::default()
+    };
+    let mut logits_engine = Engine::load(&path, &opts).expect("load");
+    let mut best_engine = Engine::load(&path, &opts).expect("load");
+    let prompts = prompts(logits_engine.n_vocab() as u32, n_requests);
+    let mut scheds = [
+        logits_engine.scheduler(config),
+        best_engine.scheduler(config),
+    ];
+    // Per request: the sampler that draws from the logits, and its twin for the candidates.
+    let mut samplers: Vec<[Sampler; 2]> = Vec::new();
+    for (id, p) in prompts.iter().enumerate() {
+        let id = id as RequestId;
+        for s in &mut scheds {
+            s.add(id, p.clone(), MAX_NEW).expect("add");
+        }
+        let sampler = || Sampler::new(sampling_params(id)).expect("valid settings");
+        samplers.push([sampler(), sampler()]);
+    }
+    let (mut n_done, mut n_steps, mut n_not_argmax) = (0, 0, 0);
+    let mut ks = std::collections::BTreeSet::new();
+    let mut want = Vec::new();
+    while n_done < n_requests {
+        n_steps += 1;
+        assert!(n_steps < 10_000, "the scheduler stopped making progress");
+        let plan = scheds[0].schedule();
+        assert_eq!(scheds[1].schedule(), plan, "the two schedulers parted ways");
+        let k = plan
+            .seqs
+            .iter()
+            .filter(|s| s.sample)
+            .filter_map(|s| samplers[s.id as usize][1].best_needed())
+            .max()
+            .unwrap_or(1);
+        ks.insert(k);
+        let from_logits = logits_engine.run_plan(&plan).expect("run plan");
+        let from_best = best_engine.run_plan_best(&plan, k).expect("run plan best");
+        assert_eq!(from_logits.len(), from_best.len());
+        let mut sampled = Vec::new();
+        for ((id, a), (id_b, b)) in from_logits.iter().zip(from_best.iter()) {
+            assert_eq!(
+                id, id_b,
+                "the outputs list the requests in different orders"
+            );
+            let (NextToken::Logits(row), NextToken::Best(best)) = (a, b) else {
+                panic!("request {id}: a logits step and a top-k step brought back the wrong kinds");
+            };
+            want.clear();
+            best_of_rows(row, row.len(), k, &mut want);
+            assert_eq!(
+                best,
+                &want[..],
+                "{model}: request {id}, step {n_steps}, top {k}"
+            );
+            let [whole, cands] = &mut samplers[id as usize];
+            let t = whole.sample(row, scheds[0].tokens(id).expect("running"));
+            assert_eq!(
+                cands.sample_best(best),
+                t,
+                "{model}: request {id}, step {n_steps}: the two draws differ"
+            );
+            n_not_argmax += usize::from(t != argmax(row));
+            sampled.push((id, t, logits_engine.tokenizer.is_eog(t)));
+        }
+        logits_engine.recycle(from_logits);
+        best_engine.recycle(from_best);
+        let finished = scheds[0].update(&plan, &sampled);
+        assert_eq!(scheds[1].update(&plan, &sampled), finished);
+        for (_, reason) in finished {
+            assert_ne!(reason, FinishReason::Aborted);
+            n_done += 1;
+        }
+    }
+    eprintln!("{model}: {n_steps} steps, top-k sizes {ks:?}, {n_not_argmax} draws off the argmax");
+    // NOTE: draws that leave the argmax are what makes the comparison of random draws mean
+    // something: a sampler that only ever picked the best candidate would agree trivially.
+    assert!(n_not_argmax > 0, "{model}: no draw left the argmax");
+}
+
+#[test]
+fn smollm2_best_candidates_equal_the_best_of_the_logits() {
+    let config = SchedulerConfig {
+        max_batch_tokens: 64,
+        max_seqs: 8,
+    };
+    check_best_against_logits("SmolLM2-135M-Instruct.Q4_1.gguf", 8, config);
+}
+
+#[test]
+fn tiny_qwen3_best_candidates_equal_the_best_of_the_logits() {
+    let config = SchedulerConfig {
+        max_batch_tokens: 48,
+        max_seqs: 4,
+    };
+    check_best_against_logits("tiny-qwen3-q8_0.gguf", 8, config);
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //! ```
 
 use hearth_backend::{AttnBatch, AttnParams, Backend, RopeRows};
+use hearth_sampler::Candidate;
 
 use crate::moe::SparseFfn;
 use crate::{Batch, DecoderConfig, LayerKind, ModelError, TensorLoader};
@@ -88,11 +89,17 @@ enum Head<'a> {
     Hidden(&'a mut Vec<f32>),
     /// The id of each row's largest logit (see [`Backend::argmax_rows`]).
     Argmax(&'a mut Vec<u32>),
+    /// The `k` best candidates of each row (see [`Backend::top_k_rows`]).
+    Best(usize, &'a mut Vec<Candidate>),
 }
 
 /// Set in a replay key (see [`DecoderModel::graph_key`]) for passes that end in
 /// [`Head::Argmax`]: their last kernels differ from a logits pass of the same batch.
 const ARGMAX_KEY: u64 = 1 << 33;
+/// Set in a replay key for passes that end in [`Head::Best`], with `k` from bit
+/// [`BEST_K_SHIFT`] on: the selection's kernel takes `k` as an argument.
+const BEST_KEY: u64 = 1 << 34;
+const BEST_K_SHIFT: u32 = 40;
 
 /// A decoder-only transformer on backend `B`.
 pub struct DecoderModel<B: Backend> {
@@ -271,6 +278,32 @@ impl<B: Backend> DecoderModel<B> {
         self.run_pass(backend, batch, cache, block_size, key, Head::Argmax(ids))
     }
 
+    /// Like [`Self::forward_into`], but writes only the `k` best candidates of each of
+    /// `batch.logits_rows` (`Backend::top_k_rows`'s order), `k` per row: what sampling with a
+    /// top-k stage reads (`hearth_sampler::Sampler::sample_best`), without copying the logits
+    /// off the device.
+    pub fn forward_best_into(
+        &self,
+        backend: &B,
+        batch: &Batch,
+        cache: &mut B::KvCache,
+        block_size: usize,
+        k: usize,
+        best: &mut Vec<Candidate>,
+    ) -> Result<(), ModelError> {
+        best.clear();
+        if k == 0 || k > self.config.n_vocab {
+            return Err(ModelError::BadBatch(format!(
+                "the {k} best of a {}-token vocabulary",
+                self.config.n_vocab
+            )));
+        }
+        let key = self
+            .graph_key(batch)
+            .map(|key| key | BEST_KEY | (k as u64) << BEST_K_SHIFT);
+        self.run_pass(backend, batch, cache, block_size, key, Head::Best(k, best))
+    }
+
     /// Like [`Self::forward_into`], but writes the final hidden states (after the final norm,
     /// before the output projection) of `batch.logits_rows`, `[logits_rows.len(), n_embd]`:
     /// what decoder-only embedding models pool.
@@ -423,6 +456,7 @@ impl<B: Backend> DecoderModel<B> {
         let Some(cap) = c.final_softcap else {
             match head {
                 Head::Argmax(ids) => be.argmax_rows(&logits, ids)?,
+                Head::Best(k, best) => be.top_k_rows(&logits, k, best)?,
                 Head::Logits(out) | Head::Hidden(out) => be.to_host_into(&logits, out)?,
             }
             return Ok(());
@@ -442,6 +476,13 @@ impl<B: Backend> DecoderModel<B> {
                 be.to_host_into(&logits, &mut values)?;
                 soft_cap(&mut values);
                 ids.extend(values.chunks(c.n_vocab).map(hearth_sampler::argmax));
+            }
+            Head::Best(k, best) => {
+                // As the argmax: selected after the tanh, on the host.
+                let mut values = Vec::new();
+                be.to_host_into(&logits, &mut values)?;
+                soft_cap(&mut values);
+                hearth_sampler::best_of_rows(&values, c.n_vocab, k, best);
             }
         }
         Ok(())

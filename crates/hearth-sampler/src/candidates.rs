@@ -76,24 +76,40 @@ impl Candidates {
         let mut threshold = self.compact(k);
         // Phase 2: only tokens beating the k-th best so far. A later token equal to the
         // threshold has a higher id than the k-th best and loses the tie, so `>` is
-        // exact (and false for NaN). Whole chunks are skipped with one vector compare.
+        // exact (and false for NaN), but for zeros: +0 beats a -0 threshold, so at a zero
+        // threshold every zero passes (the compaction sorts them out). Whole chunks are
+        // skipped with one vector compare.
         const CHUNK: usize = 16;
+        let mut zero = threshold == 0.0;
+        let passes = |l: f32, threshold: f32, zero: bool| (l > threshold) | (zero & (l == 0.0));
         for (c, chunk) in logits[head..].chunks(CHUNK).enumerate() {
-            if !chunk.iter().fold(false, |hit, &l| hit | (l > threshold)) {
+            if !chunk
+                .iter()
+                .fold(false, |hit, &l| hit | passes(l, threshold, zero))
+            {
                 continue;
             }
             for (j, &l) in chunk.iter().enumerate() {
-                if l > threshold {
+                if passes(l, threshold, zero) {
                     push(&mut self.items, head + c * CHUNK + j, l);
                 }
             }
             if self.items.len() >= cap {
                 threshold = self.compact(k);
+                zero = threshold == 0.0;
             }
         }
         self.n_sorted = 0;
         self.sort_prefix(k);
         self.truncate(k);
+    }
+
+    /// Refills with candidates already sorted best first (as [`best_of_rows`] gives them).
+    pub fn fill_sorted(&mut self, best: &[Candidate]) {
+        debug_assert!(best.windows(2).all(|w| better(&w[0], &w[1]).is_lt()));
+        self.items.clear();
+        self.items.extend_from_slice(best);
+        self.n_sorted = best.len();
     }
 
     /// Keeps the `k` best items (unordered) and returns the k-th best logit, or -inf
@@ -187,6 +203,22 @@ impl Candidates {
     }
 }
 
+/// The `k` best candidates of each `cols`-value row of `values`, best first, appended to `out`
+/// (all of a row's when it has fewer): what a device's top-k selection must give
+/// (`Backend::top_k_rows`), computed here.
+pub fn best_of_rows(values: &[f32], cols: usize, k: usize, out: &mut Vec<Candidate>) {
+    let mut c = Candidates::new();
+    for row in values.chunks(cols.max(1)) {
+        if k < row.len() {
+            c.fill_top_k(row, k);
+        } else {
+            c.fill(row);
+            c.sort_prefix(row.len());
+        }
+        out.extend_from_slice(c.as_slice());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,6 +259,8 @@ mod tests {
                     0 => f32::NAN,
                     1 => f32::INFINITY,
                     2 => f32::NEG_INFINITY,
+                    3 => 0.0,
+                    4 => -0.0,
                     r => (r % 23) as f32 * 0.5,
                 })
                 .collect();

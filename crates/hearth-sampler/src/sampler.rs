@@ -3,7 +3,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::candidates::Candidates;
+use crate::candidates::{Candidate, Candidates};
 use crate::math::argmax;
 use crate::params::{SamplerError, SamplingParams};
 use crate::processors::{apply_penalties, apply_temperature, min_p, penalties_enabled, top_p};
@@ -54,6 +54,47 @@ impl Sampler {
         self.params.temperature == 0.0 && !penalties_enabled(&self.params)
     }
 
+    /// How many of a row's best candidates [`Self::sample_best`] needs to pick exactly what
+    /// [`Self::sample`] would from the whole row: 1 when greedy, `top_k` when sampling
+    /// with a top-k stage and no penalties (every later stage sees only those). `None` when the
+    /// pick depends on the whole row: penalties change logits across the vocabulary, and
+    /// without top-k so do top-p and min-p. A device then selects the candidates and copies
+    /// back `k` per sequence instead of the row.
+    pub fn best_needed(&self) -> Option<usize> {
+        let p = &self.params;
+        if penalties_enabled(p) {
+            None
+        } else if p.temperature == 0.0 {
+            Some(1)
+        } else {
+            (p.top_k > 0).then_some(p.top_k)
+        }
+    }
+
+    /// As [`Self::sample`], from the row's best candidates, sorted best first as
+    /// [`crate::best_of_rows`] gives them, at least [`Self::best_needed`] of them (or the whole
+    /// vocabulary, when smaller); later ones are ignored. Callers check `best_needed` first:
+    /// the penalties are not applied here.
+    ///
+    /// NOTE: when greedy this is `best[0]`, which is `argmax` of the row except in a row whose
+    /// largest value is -inf or NaN (there NaN counts as -inf, where `argmax` never picks it).
+    pub fn sample_best(&mut self, best: &[Candidate]) -> u32 {
+        let Self {
+            params: p,
+            rng,
+            cands,
+            ..
+        } = self;
+        if p.temperature == 0.0 {
+            return best.first().map_or(0, |c| c.id);
+        }
+        cands.fill_sorted(&best[..p.top_k.min(best.len())]);
+        top_p(cands, p.top_p);
+        min_p(cands, p.min_p);
+        apply_temperature(cands, p.temperature);
+        draw(cands, rng)
+    }
+
     /// Picks the next token from `logits` (`[n_vocab]`). `history` = previous tokens of
     /// this sequence (prompt + generated), for the penalties. Returns 0 for empty logits.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
@@ -83,6 +124,10 @@ impl Sampler {
         draw(cands, rng)
     }
 }
+
+/// The largest `top_k` a GPU backend selects on the device (`Backend::top_k_rows`); larger
+/// ones bring the logits back.
+pub const MAX_DEVICE_TOP_K: usize = 128;
 
 /// One draw for each of several sequences, rows in parallel: `work[i]` is a sequence's
 /// sampler, its logits row and its history, as [`Sampler::sample`] takes them. Returns the

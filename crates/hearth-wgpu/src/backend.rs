@@ -489,6 +489,15 @@ impl Backend for WgpuBackend {
         self.argmax_into(t, out)
     }
 
+    fn top_k_rows(
+        &self,
+        t: &WgpuTensor,
+        k: usize,
+        out: &mut Vec<hearth_sampler::Candidate>,
+    ) -> Result<(), BackendError> {
+        self.top_k_into(t, k, out)
+    }
+
     fn copy(&self, t: &WgpuTensor) -> Result<WgpuTensor, BackendError> {
         let mut out = self.alloc(t.rows, t.cols)?;
         let n = t.rows * t.cols;

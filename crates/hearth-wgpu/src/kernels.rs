@@ -36,6 +36,7 @@ const MLX_MATMUL_QKV: &str = include_str!("kernels/mlx_matmul_qkv.wgsl");
 const MLX_MATMUL_GLU: &str = include_str!("kernels/mlx_matmul_glu.wgsl");
 const MLX_EMBED: &str = include_str!("kernels/mlx_embed.wgsl");
 const ARGMAX: &str = include_str!("kernels/argmax.wgsl");
+const TOP_K: &str = include_str!("kernels/top_k.wgsl");
 
 /// Weight types the matmul and embed kernels read.
 pub const WEIGHT_TYPES: &[GgmlType] = &[
@@ -130,6 +131,8 @@ pub enum Module {
     AttentionSplit(bool),
     /// The index of each row's largest value (greedy decoding).
     Argmax,
+    /// The k best values of each row (sampling with a top-k stage).
+    TopK,
 }
 
 /// How a kernel binds a buffer.
@@ -165,7 +168,7 @@ impl Module {
             }
         }
         all.extend(WEIGHT_TYPES.iter().map(|&t| Module::Embed(t)));
-        all.extend([Module::Rope, Module::EmbedMlx, Module::Argmax]);
+        all.extend([Module::Rope, Module::EmbedMlx, Module::Argmax, Module::TopK]);
         for bits in hearth_quant::MlxSpec::BITS {
             for gs in hearth_quant::MlxSpec::GROUP_SIZES.map(|gs| gs as u32) {
                 all.extend([
@@ -209,6 +212,7 @@ impl Module {
             Module::Attention(_) => &[R, R, R, RW, RW, RW, R, R, RW, R, R],
             Module::AttentionSplit(_) => &[R, R, R, RW, R, R, RW],
             Module::Argmax => &[R, RW, RW, R],
+            Module::TopK => &[R, RW, R],
         }
     }
 
@@ -230,6 +234,7 @@ impl Module {
             Module::Quantize(f) => with_exact(f, &[QUANTIZE_COMMON, QUANTIZE]),
             Module::Rope => format!("{PRELUDE}\n{ROPE}"),
             Module::Argmax => format!("{PRELUDE}\n{ARGMAX}"),
+            Module::TopK => format!("{PRELUDE}\n{TOP_K}"),
             Module::Elementwise(f) => with_exact(f, &[ELEMENTWISE]),
             Module::Norm(f) => with_exact(f, &[QUANTIZE_COMMON, DOUBLE_WORD, NORM]),
             Module::Attention(f) => with_exact(

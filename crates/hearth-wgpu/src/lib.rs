@@ -26,6 +26,7 @@ mod norm;
 mod pool;
 mod profile;
 mod recorder;
+mod top_k;
 mod weight;
 
 pub use backend::{WgpuBackend, WgpuKvCache, WgpuTensor, WgpuWeight};

@@ -3,7 +3,7 @@ use std::time::Instant;
 
 use clap::Args;
 use hearth_engine::{Engine, SeqStep, Sequence};
-use hearth_sampler::{sample_rows, Sampler, SamplingParams};
+use hearth_sampler::{sample_rows, Sampler, SamplingParams, MAX_DEVICE_TOP_K};
 use serde::Serialize;
 
 use super::run::LoadArgs;
@@ -30,9 +30,9 @@ pub struct BenchArgs {
     /// it they bring back the logits, as llama-bench does
     #[arg(long, conflicts_with = "sample")]
     greedy: bool,
-    /// Generation steps also draw each sequence's next token from its logits with the default
-    /// sampling settings (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05), all sequences at
-    /// once on the CPU's threads, as the server does
+    /// Generation steps also draw each sequence's next token with the default sampling
+    /// settings (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05) as the server does: from
+    /// the 40 best candidates the device selects, not from the logits
     #[arg(long)]
     sample: bool,
     #[command(flatten)]
@@ -192,7 +192,8 @@ enum Decode {
     Logits,
     /// Brings back the argmax found on the device.
     Greedy,
-    /// Brings the logits back and draws from them with the default sampling settings.
+    /// Draws with the default sampling settings, from each row's best candidates when the
+    /// top-k is small enough to select on the device, else from the logits.
     Sample,
 }
 
@@ -225,6 +226,12 @@ fn generation_test(
     let mut samplers = (0..parallel)
         .map(|_| Sampler::new(params.clone()))
         .collect::<Result<Vec<_>, _>>()?;
+    // NOTE: as the server's engine loop chooses: a step whose samplers need only the best few
+    // candidates brings back those, so `--sample` measures what a sampling request costs there.
+    let best = samplers
+        .first()
+        .and_then(Sampler::best_needed)
+        .filter(|&k| k <= MAX_DEVICE_TOP_K);
     let t = Instant::now();
     for i in 0..n_gen {
         let mut work: Vec<SeqStep> = seqs
@@ -245,16 +252,26 @@ fn generation_test(
             Decode::Logits => {
                 engine.step_batch_logits(&mut work)?;
             }
-            Decode::Sample => {
-                let logits = engine.step_batch_logits(&mut work)?;
-                let mut rows: Vec<_> = samplers
-                    .iter_mut()
-                    .zip(logits.chunks(n_vocab))
-                    .zip(&seqs)
-                    .map(|((s, row), seq)| (s, row, seq.tokens()))
-                    .collect();
-                sample_rows(&mut rows);
-            }
+            Decode::Sample => match best {
+                Some(k) => {
+                    let cands = engine.step_batch_best(&mut work, k)?;
+                    // NOTE: fewer than `k` per row come back for a smaller vocabulary.
+                    let per_row = (cands.len() / parallel).max(1);
+                    for (s, row) in samplers.iter_mut().zip(cands.chunks(per_row)) {
+                        s.sample_best(row);
+                    }
+                }
+                None => {
+                    let logits = engine.step_batch_logits(&mut work)?;
+                    let mut rows: Vec<_> = samplers
+                        .iter_mut()
+                        .zip(logits.chunks(n_vocab))
+                        .zip(&seqs)
+                        .map(|((s, row), seq)| (s, row, seq.tokens()))
+                        .collect();
+                    sample_rows(&mut rows);
+                }
+            },
         }
     }
     let tok_s = (n_gen * parallel) as f64 / t.elapsed().as_secs_f64();

@@ -25,6 +25,7 @@ use hearth_backend::{
     RopeRows, RopeSpec,
 };
 use hearth_quant::GgmlType;
+use hearth_sampler::Candidate;
 
 use crate::error::driver;
 use crate::{CudaDevice, CudaError, KernelCache};
@@ -86,6 +87,11 @@ struct Blas {
     handle: CudaBlas,
     _workspace: CudaSlice<u8>,
 }
+
+/// Threads of a `top_k_f32` block (kernels/top_k.cu), one block per row.
+const TOP_K_THREADS: u32 = 1024;
+/// The largest k `top_k_f32` selects (its TOP_K_MAX; the sampler asks for at most this many).
+pub(crate) const TOP_K_MAX: usize = hearth_sampler::MAX_DEVICE_TOP_K;
 
 /// The CUDA backend on one GPU.
 pub struct CudaBackend {
@@ -227,6 +233,48 @@ impl Backend for CudaBackend {
         let mut out = Vec::new();
         self.to_host_into(t, &mut out)?;
         Ok(out)
+    }
+
+    fn top_k_rows(
+        &self,
+        t: &CudaTensor,
+        k: usize,
+        out: &mut Vec<Candidate>,
+    ) -> Result<(), BackendError> {
+        check(
+            (1..=t.cols).contains(&k) && i32::try_from(t.cols).is_ok(),
+            || format!("top-{k} of rows of {} values", t.cols),
+        )?;
+        out.clear();
+        if k > TOP_K_MAX {
+            // More than the kernel's shared arrays hold: selected on the host.
+            let values = self.to_host(t)?;
+            hearth_sampler::best_of_rows(&values, t.cols, k, out);
+            return Ok(());
+        }
+        let best = {
+            let mut st = self.state()?;
+            let best = self.tensor(&mut st, t.rows, 2 * k)?;
+            let args = [
+                Arg::P(t.ptr),
+                Arg::P(best.ptr),
+                Arg::I(t.cols as i32),
+                Arg::I(k as i32),
+            ];
+            self.launch(&st, "top_k_f32", (t.rows as u32, 1), TOP_K_THREADS, &args)?;
+            best
+        };
+        // Per row: k values, then their k ids as u32 bits in f32 slots.
+        let mut words = Vec::new();
+        self.read_back(&best, &mut words)?;
+        for row in words.chunks(2 * k) {
+            let (values, ids) = row.split_at(k);
+            out.extend(values.iter().zip(ids).map(|(&logit, id)| Candidate {
+                id: id.to_bits(),
+                logit,
+            }));
+        }
+        Ok(())
     }
 
     fn argmax_rows(&self, t: &CudaTensor, out: &mut Vec<u32>) -> Result<(), BackendError> {

@@ -271,3 +271,52 @@ fn rows_drawn_at_once_equal_each_drawn_alone() {
         assert_eq!(sample_rows(&mut work), want);
     }
 }
+
+#[test]
+fn drawing_from_the_best_candidates_equals_drawing_from_the_row() {
+    // Rows with ties, NaN and infinities among the best; settings where top_p and min_p cut
+    // inside the top k and where they do not; each pair of samplers shares a seed, so their
+    // draws must agree at every step, not only in distribution.
+    let mut rows: Vec<Vec<f32>> = (0..6).map(|r| logits(5000, 100 + r)).collect();
+    rows[1][17] = rows[1][4000];
+    rows[1][2] = rows[1][4000];
+    rows[2][300] = f32::NAN;
+    rows[3][9] = f32::INFINITY;
+    rows[4]
+        .iter_mut()
+        .for_each(|v| *v = (*v * 2.0).round() / 2.0);
+    let settings = [
+        (0.0, 40),
+        (0.7, 1),
+        (0.8, 40),
+        (1.0, 5),
+        (1.5, 128),
+        (0.3, 3),
+    ];
+    for (i, row) in rows.iter().enumerate() {
+        for &(t, k) in &settings {
+            let mut p = params(t, k, [1.0, 0.9, 0.5][i % 3], [0.0, 0.05][i % 2]);
+            p.seed = Some(i as u64);
+            let mut whole = Sampler::new(p.clone()).expect("valid");
+            let mut best = Sampler::new(p).expect("valid");
+            let needed = best.best_needed().expect("no penalties");
+            assert_eq!(needed, if t == 0.0 { 1 } else { k });
+            let mut cands = Vec::new();
+            crate::best_of_rows(row, row.len(), needed.max(40), &mut cands);
+            for step in 0..30 {
+                assert_eq!(
+                    best.sample_best(&cands),
+                    whole.sample(row, &[]),
+                    "row {i}, temperature {t}, top_k {k}, step {step}"
+                );
+            }
+        }
+    }
+    let penalized = SamplingParams {
+        repeat_penalty: 1.1,
+        ..SamplingParams::default()
+    };
+    assert_eq!(Sampler::new(penalized).unwrap().best_needed(), None);
+    let no_top_k = params(0.8, 0, 0.9, 0.05);
+    assert_eq!(Sampler::new(no_top_k).unwrap().best_needed(), None);
+}

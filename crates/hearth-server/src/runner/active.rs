@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use hearth_engine::NextToken;
-use hearth_sampler::{log_softmax, top_logprobs, Sampler};
+use hearth_sampler::{log_softmax, top_logprobs, Sampler, MAX_DEVICE_TOP_K};
 use hearth_tokenizer::{Tokenizer, Utf8Assembler};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -76,6 +76,19 @@ impl Active {
         self.sampler.is_argmax() && self.logprobs.is_none()
     }
 
+    /// How many of each row's best candidates the device may bring back instead of the
+    /// logits for this request (`Engine::run_plan_best`): its sampler's
+    /// `best_needed`, when small enough to select on the device and no logprobs are asked for
+    /// (they need the logits).
+    pub fn best_needed(&self) -> Option<usize> {
+        if self.logprobs.is_some() {
+            return None;
+        }
+        self.sampler
+            .best_needed()
+            .filter(|&k| k <= MAX_DEVICE_TOP_K)
+    }
+
     /// The request's sampler, for drawing many requests' tokens at once
     /// (`hearth_sampler::sample_rows`).
     pub fn sampler_mut(&mut self) -> &mut Sampler {
@@ -83,18 +96,19 @@ impl Active {
     }
 
     /// Takes `token`, this step's next token for the request: drawn by its sampler from
-    /// `next`'s logits, or picked on the device (`NextToken::Picked`).
+    /// `next`'s logits or best candidates, or picked on the device (`NextToken::Picked`).
     pub fn take(&mut self, tok: &Tokenizer, token: u32, next: NextToken) -> Sampled {
         let logits = match next {
             NextToken::Logits(logits) => Some(logits),
-            NextToken::Picked(_) => None,
+            NextToken::Picked(_) | NextToken::Best(_) => None,
         };
         let now = Instant::now();
         let inter_token = self.last_token.map(|t| now - t);
         self.first_token.get_or_insert(now);
         self.last_token = Some(now);
         self.n_generated += 1;
-        // NOTE: a request with logprobs never `takes_argmax`, so its step kept the logits.
+        // NOTE: a request with logprobs never `takes_argmax` nor has `best_needed`, so its step
+        // kept the logits.
         if let (Some(n), Some(logits)) = (self.logprobs, logits) {
             // NOTE: reported from the model's distribution before penalties and temperature,
             // as OpenAI and llama-server report them.

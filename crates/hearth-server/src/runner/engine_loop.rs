@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hearth_engine::scheduler::{self, RequestId, Scheduler, StepPlan};
-use hearth_engine::{Engine, NextToken, PlanOutput};
+use hearth_engine::{Engine, EngineError, NextToken, PlanOutput};
 use hearth_sampler::{sample_rows, Sampler};
 
 use super::active::Active;
@@ -99,7 +99,7 @@ impl EngineLoop {
             .iter()
             .filter_map(|(id, source)| match source {
                 NextToken::Logits(row) => Some((id, row)),
-                NextToken::Picked(_) => None,
+                NextToken::Picked(_) | NextToken::Best(_) => None,
             })
             .collect();
         let scheduler = &self.scheduler;
@@ -141,20 +141,7 @@ impl EngineLoop {
             return false;
         }
         self.note_first_scheduled(&plan);
-        // Greedy requests without penalties or logprobs only need each row's argmax, which the
-        // device finds; one request that samples otherwise makes the whole step bring back
-        // logits.
-        let greedy = plan.seqs.iter().filter(|s| s.sample).all(|s| {
-            self.active
-                .get(&s.id)
-                .is_some_and(|active| active.takes_argmax())
-        });
-        let result = if greedy {
-            self.engine.run_plan_argmax(&plan)
-        } else {
-            self.engine.run_plan(&plan)
-        };
-        let next = match result {
+        let next = match self.forward(&plan) {
             Ok(out) => out,
             Err(e) => {
                 self.fail_plan(&plan, &e.to_string());
@@ -165,16 +152,18 @@ impl EngineLoop {
         let drawn = self.draw(&next);
         let mut sampled = Vec::with_capacity(next.len());
         for (id, source) in next.iter() {
+            let (Some(active), Some(_)) = (self.active.get_mut(&id), self.scheduler.tokens(id))
+            else {
+                continue;
+            };
             let token = match source {
                 NextToken::Picked(t) => t,
+                // NOTE: a greedy request in a top-k step gets the best candidate here.
+                NextToken::Best(best) => active.sampler_mut().sample_best(best),
                 NextToken::Logits(_) => match drawn.get(&id) {
                     Some(&t) => t,
                     None => continue,
                 },
-            };
-            let (Some(active), Some(_)) = (self.active.get_mut(&id), self.scheduler.tokens(id))
-            else {
-                continue;
             };
             let s = active.take(&tokenizer, token, source);
             if let Some(d) = s.inter_token {
@@ -215,6 +204,28 @@ impl EngineLoop {
                 .fetch_add(summary.n_generated as u64, Relaxed);
         }
         true
+    }
+
+    /// Runs `plan`'s forward pass, bringing back the least its sampling requests need: greedy
+    /// requests without penalties or logprobs only need each row's argmax, which the device
+    /// finds; requests that draw with a small top-k (and greedy ones) only need each row's best
+    /// candidates, which the device selects. One request that needs more makes the whole step
+    /// bring back logits.
+    fn forward(&mut self, plan: &StepPlan) -> Result<PlanOutput, EngineError> {
+        let sampling: Vec<&Active> = plan
+            .seqs
+            .iter()
+            .filter(|s| s.sample)
+            .filter_map(|s| self.active.get(&s.id))
+            .collect();
+        if sampling.iter().all(|a| a.takes_argmax()) {
+            return self.engine.run_plan_argmax(plan);
+        }
+        let best: Option<Vec<usize>> = sampling.iter().map(|a| a.best_needed()).collect();
+        match best.and_then(|ks| ks.into_iter().max()) {
+            Some(k) => self.engine.run_plan_best(plan, k),
+            None => self.engine.run_plan(plan),
+        }
     }
 
     /// Records, for requests running for the first time, when they started and what the
