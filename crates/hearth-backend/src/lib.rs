@@ -32,6 +32,23 @@ pub enum BackendError {
     Quant(#[from] hearth_quant::QuantError),
 }
 
+/// Appends the candidates a device's top-k kernel wrote to `out`: per row, `k` values, then
+/// their `k` ids as u32 bits in f32 slots (the layout of both GPU backends' kernels).
+pub fn unpack_top_k(words: &[f32], k: usize, out: &mut Vec<hearth_sampler::Candidate>) {
+    for row in words.chunks(2 * k.max(1)) {
+        let (values, ids) = row.split_at(k.min(row.len()));
+        out.extend(
+            values
+                .iter()
+                .zip(ids)
+                .map(|(&logit, id)| hearth_sampler::Candidate {
+                    id: id.to_bits(),
+                    logit,
+                }),
+        );
+    }
+}
+
 /// The operations a model's forward pass is made of.
 ///
 /// Tensors are dense row-major f32 matrices `[rows, cols]` (one row per token). Weights are
@@ -446,4 +463,28 @@ pub fn check_scatter(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_words_unpack_into_candidates_row_by_row() {
+        let id = |i: u32| f32::from_bits(i);
+        // Two rows, k = 2: values, then ids, per row. Id 0x7fc00001 would be a NaN as a float:
+        // the bits must come through unchanged.
+        let words = [5.0, -1.0, id(7), id(0x7fc0_0001), 0.5, -0.0, id(3), id(0)];
+        let mut out = vec![hearth_sampler::Candidate { id: 9, logit: 9.0 }];
+        unpack_top_k(&words, 2, &mut out);
+        let got: Vec<(u32, u32)> = out.iter().map(|c| (c.id, c.logit.to_bits())).collect();
+        let want = [
+            (9, 9.0f32.to_bits()),
+            (7, 5.0f32.to_bits()),
+            (0x7fc0_0001, (-1.0f32).to_bits()),
+            (3, 0.5f32.to_bits()),
+            (0, (-0.0f32).to_bits()),
+        ];
+        assert_eq!(got, want);
+    }
 }

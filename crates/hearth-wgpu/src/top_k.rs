@@ -46,16 +46,9 @@ impl WgpuBackend {
             let mut rec = self.recorder();
             rec.dispatch(&self.gpu, Module::TopK, "top_k", &binds, Grid::Groups(rows))?;
         }
-        // Per row: k value bits, then k indices, in the f32 slots of `best`.
         let mut words = Vec::new();
         self.read_back(&best, &mut words)?;
-        for row in words.chunks(2 * k) {
-            let (values, ids) = row.split_at(k);
-            out.extend(values.iter().zip(ids).map(|(&logit, id)| Candidate {
-                id: id.to_bits(),
-                logit,
-            }));
-        }
+        hearth_backend::unpack_top_k(&words, k, out);
         Ok(())
     }
 }

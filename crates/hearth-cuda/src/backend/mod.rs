@@ -264,16 +264,9 @@ impl Backend for CudaBackend {
             self.launch(&st, "top_k_f32", (t.rows as u32, 1), TOP_K_THREADS, &args)?;
             best
         };
-        // Per row: k values, then their k ids as u32 bits in f32 slots.
         let mut words = Vec::new();
         self.read_back(&best, &mut words)?;
-        for row in words.chunks(2 * k) {
-            let (values, ids) = row.split_at(k);
-            out.extend(values.iter().zip(ids).map(|(&logit, id)| Candidate {
-                id: id.to_bits(),
-                logit,
-            }));
-        }
+        hearth_backend::unpack_top_k(&words, k, out);
         Ok(())
     }
 
