@@ -39,7 +39,7 @@ impl Engine {
     /// step). What a caller that only samples needs, without copying tens of MB a step.
     pub fn step_batch_logits(&mut self, work: &mut [SeqStep]) -> Result<&[f32], EngineError> {
         self.run_step(work, Want::Logits)?;
-        Ok(&self.logits)
+        Ok(&self.out.logits)
     }
 
     /// [`Engine::step_batch_logits`] for greedy decoding: the id of the largest logit of each
@@ -48,7 +48,7 @@ impl Engine {
     /// instead of the logits.
     pub fn step_batch_argmax(&mut self, work: &mut [SeqStep]) -> Result<&[u32], EngineError> {
         self.run_step(work, Want::Argmax)?;
-        Ok(&self.argmax)
+        Ok(&self.out.argmax)
     }
 
     /// [`Engine::step_batch_logits`] for sampling with a top-k stage: the `k` best candidates
@@ -64,13 +64,13 @@ impl Engine {
         let k = self.best_per_row(k)?;
         let n_rows: usize = work.iter().map(|w| w.logits_rows.len()).sum();
         self.run_step(work, Want::Best(k))?;
-        if self.best.len() != k * n_rows {
+        if !self.out.holds(Want::Best(k), n_rows, self.n_vocab()) {
             return Err(EngineError::Invalid(format!(
                 "the forward pass returned {} candidates for {n_rows} rows of {k}",
-                self.best.len()
+                self.out.best.len()
             )));
         }
-        Ok(&self.best)
+        Ok(&self.out.best)
     }
 
     fn run_step(&mut self, work: &mut [SeqStep], want: Want) -> Result<(), EngineError> {
@@ -127,10 +127,7 @@ impl Engine {
             seqs: &seqs,
             logits_rows: &logits_rows,
         };
-        let (logits, ids, best) = (&mut self.logits, &mut self.argmax, &mut self.best);
-        let result = self
-            .runner
-            .forward_wanting(want, &batch, BLOCK_SIZE, logits, ids, best);
+        let result = self.runner.forward(want, &batch, BLOCK_SIZE, &mut self.out);
         drop(seqs);
         if let Err(e) = result {
             self.roll_back(work, &before);

@@ -8,7 +8,7 @@ use hearth_kv::BlockPool;
 use hearth_sampler::Candidate;
 use hearth_tokenizer::{ChatMessage, Tokenizer};
 
-use crate::runner::{load_runner, Device, ModelRunner};
+use crate::runner::{load_runner, Device, ModelRunner, StepBuffers};
 use crate::source::ModelSource;
 use crate::{EngineError, PromptBuilder, SeqStep, Sequence};
 
@@ -74,12 +74,9 @@ pub struct ModelInfo {
 /// A loaded model ready to run sequences.
 pub struct Engine {
     pub(crate) runner: Box<dyn ModelRunner>,
-    /// The last step's logits; kept to reuse its allocation.
-    pub(crate) logits: Vec<f32>,
-    /// The last greedy step's token ids, reused across steps.
-    pub(crate) argmax: Vec<u32>,
-    /// The last top-k step's candidates, `k` per row, reused across steps.
-    pub(crate) best: Vec<Candidate>,
+    /// The last step's results (logits, token ids or candidates); kept to reuse the
+    /// allocations.
+    pub(crate) out: StepBuffers,
     pub(crate) pool: BlockPool,
     pub tokenizer: Arc<Tokenizer>,
     prompt: PromptBuilder,
@@ -151,9 +148,7 @@ impl Engine {
         let tokenizer = Arc::new(tokenizer);
         Ok(Self {
             runner: loaded.runner,
-            logits: Vec::new(),
-            argmax: Vec::new(),
-            best: Vec::new(),
+            out: StepBuffers::default(),
             pool: BlockPool::new(n_blocks, BLOCK_SIZE),
             prompt: PromptBuilder::new(tokenizer.clone(), template),
             tokenizer,

@@ -6,7 +6,7 @@ use hearth_models::Batch;
 use hearth_sampler::Candidate;
 
 use crate::engine::BLOCK_SIZE;
-use crate::runner::Want;
+use crate::runner::{StepBuffers, Want};
 use crate::scheduler::{RequestId, Scheduler, SchedulerConfig, StepPlan};
 use crate::{Engine, EngineError};
 
@@ -17,14 +17,9 @@ use crate::{Engine, EngineError};
 #[derive(Debug, Default)]
 pub struct PlanOutput {
     ids: Vec<RequestId>,
-    /// What the step brought back; only that buffer below is filled.
+    /// What the step brought back: that buffer of `out` holds one result per id.
     want: Want,
-    /// `[ids.len(), n_vocab]` row-major after a logits step; empty otherwise.
-    rows: Vec<f32>,
-    /// One per id after a greedy step; empty otherwise.
-    tokens: Vec<u32>,
-    /// `[ids.len(), k]` after a top-k step, each row best first; empty otherwise.
-    best: Vec<Candidate>,
+    out: StepBuffers,
     n_vocab: usize,
 }
 
@@ -47,9 +42,9 @@ impl PlanOutput {
         let n = self.n_vocab.max(1);
         self.ids.iter().enumerate().map(move |(i, &id)| {
             let next = match self.want {
-                Want::Logits => NextToken::Logits(&self.rows[i * n..(i + 1) * n]),
-                Want::Argmax => NextToken::Picked(self.tokens[i]),
-                Want::Best(k) => NextToken::Best(&self.best[i * k..(i + 1) * k]),
+                Want::Logits => NextToken::Logits(&self.out.logits[i * n..(i + 1) * n]),
+                Want::Argmax => NextToken::Picked(self.out.argmax[i]),
+                Want::Best(k) => NextToken::Best(&self.out.best[i * k..(i + 1) * k]),
             };
             (id, next)
         })
@@ -67,15 +62,7 @@ impl PlanOutput {
 impl Engine {
     /// Give a step's output back once it is used, so the next step reuses its buffers.
     pub fn recycle(&mut self, out: PlanOutput) {
-        if out.rows.capacity() > self.logits.capacity() {
-            self.logits = out.rows;
-        }
-        if out.tokens.capacity() > self.argmax.capacity() {
-            self.argmax = out.tokens;
-        }
-        if out.best.capacity() > self.best.capacity() {
-            self.best = out.best;
-        }
+        self.out = out.out;
     }
 
     /// A scheduler that owns this engine's KV block pool. From then on the cache belongs to
@@ -153,34 +140,18 @@ impl Engine {
             seqs: &seqs,
             logits_rows: &logits_rows,
         };
-        let mut rows = std::mem::take(&mut self.logits);
-        let mut picked = std::mem::take(&mut self.argmax);
-        let mut best = std::mem::take(&mut self.best);
-        let result = self.runner.forward_wanting(
-            want,
-            &batch,
-            BLOCK_SIZE,
-            &mut rows,
-            &mut picked,
-            &mut best,
-        );
+        let mut out = std::mem::take(&mut self.out);
+        let result = self.runner.forward(want, &batch, BLOCK_SIZE, &mut out);
         let n_vocab = self.n_vocab();
-        let complete = match want {
-            Want::Logits => rows.len() == logits_rows.len() * n_vocab,
-            Want::Argmax => picked.len() == logits_rows.len(),
-            Want::Best(k) => best.len() == logits_rows.len() * k,
-        };
-        if result.is_err() || !complete {
-            self.logits = rows;
-            self.argmax = picked;
-            self.best = best;
+        if result.is_err() || !out.holds(want, logits_rows.len(), n_vocab) {
+            self.out = out;
             result?;
             return Err(EngineError::Invalid(format!(
                 "the forward pass returned a result of the wrong size for {} rows",
                 logits_rows.len()
             )));
         }
-        let mut out = PlanOutput {
+        Ok(PlanOutput {
             ids: plan
                 .seqs
                 .iter()
@@ -188,15 +159,8 @@ impl Engine {
                 .map(|s| s.id)
                 .collect(),
             want,
+            out,
             n_vocab,
-            ..PlanOutput::default()
-        };
-        // The output takes the buffer this step filled; the others stay with the engine.
-        match want {
-            Want::Logits => (out.rows, self.argmax, self.best) = (rows, picked, best),
-            Want::Argmax => (self.logits, out.tokens, self.best) = (rows, picked, best),
-            Want::Best(_) => (self.logits, self.argmax, out.best) = (rows, picked, best),
-        }
-        Ok(out)
+        })
     }
 }

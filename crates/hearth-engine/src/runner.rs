@@ -57,50 +57,42 @@ pub(crate) enum Want {
     Best(usize),
 }
 
+/// Where a step's results go: the buffer its [`Want`] names is filled, the others are left
+/// alone. The engine keeps one and reuses the allocations from step to step.
+#[derive(Debug, Default)]
+pub(crate) struct StepBuffers {
+    /// `[rows, n_vocab]` logits.
+    pub logits: Vec<f32>,
+    /// One token id per row.
+    pub argmax: Vec<u32>,
+    /// `k` candidates per row, best first.
+    pub best: Vec<Candidate>,
+}
+
+impl StepBuffers {
+    /// Whether the buffer `want` fills holds exactly `rows` rows of results.
+    pub fn holds(&self, want: Want, rows: usize, n_vocab: usize) -> bool {
+        match want {
+            Want::Logits => self.logits.len() == rows * n_vocab,
+            Want::Argmax => self.argmax.len() == rows,
+            Want::Best(k) => self.best.len() == rows * k,
+        }
+    }
+}
+
 /// What the engine needs from a loaded model, whatever backend holds it.
 pub(crate) trait ModelRunner: Send {
     fn config(&self) -> &DecoderConfig;
-    /// One forward step; the logits go to `logits` (see [`DecoderModel::forward_into`]).
+    /// One forward step that brings back what `want` says for `batch.logits_rows` into `out`
+    /// (see [`DecoderModel::forward_into`], [`DecoderModel::forward_argmax_into`] and
+    /// [`DecoderModel::forward_best_into`]).
     fn forward(
-        &mut self,
-        batch: &Batch,
-        block_size: usize,
-        logits: &mut Vec<f32>,
-    ) -> Result<(), ModelError>;
-    /// One forward step that keeps only each wanted row's argmax (see
-    /// [`DecoderModel::forward_argmax_into`]).
-    fn forward_argmax(
-        &mut self,
-        batch: &Batch,
-        block_size: usize,
-        ids: &mut Vec<u32>,
-    ) -> Result<(), ModelError>;
-    /// One forward step that keeps only each wanted row's `k` best candidates, `k` per row
-    /// (see [`DecoderModel::forward_best_into`]).
-    fn forward_best(
-        &mut self,
-        batch: &Batch,
-        block_size: usize,
-        k: usize,
-        best: &mut Vec<Candidate>,
-    ) -> Result<(), ModelError>;
-    /// [`Self::forward`], [`Self::forward_argmax`] or [`Self::forward_best`], as `want` says,
-    /// into `logits`, `ids` or `best`.
-    fn forward_wanting(
         &mut self,
         want: Want,
         batch: &Batch,
         block_size: usize,
-        logits: &mut Vec<f32>,
-        ids: &mut Vec<u32>,
-        best: &mut Vec<Candidate>,
-    ) -> Result<(), ModelError> {
-        match want {
-            Want::Logits => self.forward(batch, block_size, logits),
-            Want::Argmax => self.forward_argmax(batch, block_size, ids),
-            Want::Best(k) => self.forward_best(batch, block_size, k, best),
-        }
-    }
+        out: &mut StepBuffers,
+    ) -> Result<(), ModelError>;
     fn set_tracing(&self, on: bool);
     fn take_trace(&self) -> Vec<f32>;
 }
@@ -118,33 +110,17 @@ impl<B: Backend> ModelRunner for Loaded<B> {
 
     fn forward(
         &mut self,
+        want: Want,
         batch: &Batch,
         block_size: usize,
-        logits: &mut Vec<f32>,
+        out: &mut StepBuffers,
     ) -> Result<(), ModelError> {
-        self.model
-            .forward_into(&self.backend, batch, &mut self.cache, block_size, logits)
-    }
-
-    fn forward_argmax(
-        &mut self,
-        batch: &Batch,
-        block_size: usize,
-        ids: &mut Vec<u32>,
-    ) -> Result<(), ModelError> {
-        self.model
-            .forward_argmax_into(&self.backend, batch, &mut self.cache, block_size, ids)
-    }
-
-    fn forward_best(
-        &mut self,
-        batch: &Batch,
-        block_size: usize,
-        k: usize,
-        best: &mut Vec<Candidate>,
-    ) -> Result<(), ModelError> {
-        self.model
-            .forward_best_into(&self.backend, batch, &mut self.cache, block_size, k, best)
+        let (m, be, cache) = (&self.model, &self.backend, &mut self.cache);
+        match want {
+            Want::Logits => m.forward_into(be, batch, cache, block_size, &mut out.logits),
+            Want::Argmax => m.forward_argmax_into(be, batch, cache, block_size, &mut out.argmax),
+            Want::Best(k) => m.forward_best_into(be, batch, cache, block_size, k, &mut out.best),
+        }
     }
 
     fn set_tracing(&self, on: bool) {
