@@ -277,15 +277,16 @@ __device__ __forceinline__ void gemv_rows(const u8* __restrict__ w, const u8* __
 #define GEMV_ROWS_PER_BLOCK (WARPS_PER_BLOCK * ROWS_PER_WARP)
 
 // Three matrices of one type that read the same x (the q, k and v projections) in one launch:
-// the grid's blocks are split among them in order, each segment as many blocks as its rows
-// need. Picks this block's matrix (w, y, n_rows) and its block number within it.
-#define GEMV3_SEGMENT                                                                   \
-    const int b0 = (rows0 + GEMV_ROWS_PER_BLOCK - 1) / GEMV_ROWS_PER_BLOCK;              \
-    const int b1 = (rows1 + GEMV_ROWS_PER_BLOCK - 1) / GEMV_ROWS_PER_BLOCK;              \
-    const int seg = blockIdx.x < b0 ? 0 : (blockIdx.x < b0 + b1 ? 1 : 2);                \
-    const u8* w = seg == 0 ? w0 : (seg == 1 ? w1 : w2);                                  \
-    float* y = seg == 0 ? y0 : (seg == 1 ? y1 : y2);                                     \
-    const int n_rows = seg == 0 ? rows0 : (seg == 1 ? rows1 : rows2);                    \
+// the grid's blocks are split among them in order, each segment as many blocks of PER_BLOCK rows
+// as its rows need (none for a matrix of 0 rows). Picks this block's matrix (w, y, n_rows) and
+// its block number within it.
+#define SEGMENT3(PER_BLOCK)                                                               \
+    const int b0 = (rows0 + (PER_BLOCK) - 1) / (PER_BLOCK);                               \
+    const int b1 = (rows1 + (PER_BLOCK) - 1) / (PER_BLOCK);                               \
+    const int seg = blockIdx.x < b0 ? 0 : (blockIdx.x < b0 + b1 ? 1 : 2);                 \
+    const u8* w = seg == 0 ? w0 : (seg == 1 ? w1 : w2);                                   \
+    float* y = seg == 0 ? y0 : (seg == 1 ? y1 : y2);                                      \
+    const int n_rows = seg == 0 ? rows0 : (seg == 1 ? rows1 : rows2);                     \
     const int block = blockIdx.x - (seg == 0 ? 0 : (seg == 1 ? b0 : b0 + b1));
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
@@ -296,7 +297,7 @@ gemv_q8_0(const u8* w, const u8* w2, const float* x, float* y, int n_rows, int n
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8_0(const u8* w0, const u8* w1, const u8* w2, const float* x, float* y0, float* y1,
           float* y2, int rows0, int rows1, int rows2, int n_cols) {
-    GEMV3_SEGMENT
+    SEGMENT3(GEMV_ROWS_PER_BLOCK)
     gemv_rows<BlockQ8_0>(w, nullptr, x, y, n_rows, n_cols, GEMV_STORE, block);
 }
 
@@ -308,7 +309,7 @@ gemv_q4_0(const u8* w, const u8* w2, const float* x, float* y, int n_rows, int n
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q4_0(const u8* w0, const u8* w1, const u8* w2, const float* x, float* y0, float* y1,
           float* y2, int rows0, int rows1, int rows2, int n_cols) {
-    GEMV3_SEGMENT
+    SEGMENT3(GEMV_ROWS_PER_BLOCK)
     gemv_rows<BlockQ4_0>(w, nullptr, x, y, n_rows, n_cols, GEMV_STORE, block);
 }
 
@@ -320,7 +321,7 @@ gemv_q4_k(const u8* w, const u8* w2, const float* x, float* y, int n_rows, int n
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q4_k(const u8* w0, const u8* w1, const u8* w2, const float* x, float* y0, float* y1,
           float* y2, int rows0, int rows1, int rows2, int n_cols) {
-    GEMV3_SEGMENT
+    SEGMENT3(GEMV_ROWS_PER_BLOCK)
     gemv_rows<BlockQ4_K>(w, nullptr, x, y, n_rows, n_cols, GEMV_STORE, block);
 }
 
@@ -332,7 +333,7 @@ gemv_q6_k(const u8* w, const u8* w2, const float* x, float* y, int n_rows, int n
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q6_k(const u8* w0, const u8* w1, const u8* w2, const float* x, float* y0, float* y1,
           float* y2, int rows0, int rows1, int rows2, int n_cols) {
-    GEMV3_SEGMENT
+    SEGMENT3(GEMV_ROWS_PER_BLOCK)
     gemv_rows<BlockQ6_K>(w, nullptr, x, y, n_rows, n_cols, GEMV_STORE, block);
 }
 

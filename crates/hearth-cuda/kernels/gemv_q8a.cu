@@ -381,7 +381,7 @@ gemv_q8a_q6_k(const u8* w, const u8* w2, const i8* xq, const float2* xds, float*
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q8_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
-    GEMV3_SEGMENT
+    SEGMENT3(GEMV_ROWS_PER_BLOCK)
     gemv_rows_q8a<Q8aQ8_0>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
                           {nullptr, nullptr, nullptr});
 }
@@ -389,7 +389,7 @@ gemv3_q8a_q8_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const flo
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q4_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
-    GEMV3_SEGMENT
+    SEGMENT3(GEMV_ROWS_PER_BLOCK)
     gemv_rows_q8a<Q8aQ4_0>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
                           {nullptr, nullptr, nullptr});
 }
@@ -397,7 +397,7 @@ gemv3_q8a_q4_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const flo
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q4_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
-    GEMV3_SEGMENT
+    SEGMENT3(GEMV_ROWS_PER_BLOCK)
     gemv_rows_q8a<Q8aQ4_K>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
                           {nullptr, nullptr, nullptr});
 }
@@ -405,7 +405,7 @@ gemv3_q8a_q4_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const flo
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q6_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
-    GEMV3_SEGMENT
+    SEGMENT3(GEMV_ROWS_PER_BLOCK)
     gemv_rows_q8a<Q8aQ6_K>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
                           {nullptr, nullptr, nullptr});
 }

@@ -5,22 +5,41 @@
 //
 // y[t][r] (+)= sum over 32-value groups g of dw[r][g] * dx[t][g] * sum_k qw[r][32g+k] qx[t][32g+k]
 //
-// with the activations as quantize_q8_1 writes them (gemv_q8a.cu): the same products as the
-// int8 GEMVs, so the same bits per group; the groups are summed in the same (ascending) order.
+// with the activations as quantize_q8_1 writes them (gemv_q8a.cu): the same 8-bit products as
+// the int8 GEMVs, summed per (row, token) over the groups in ascending order.
 //
-// A block of MMQ_THREADS computes a tile of MMQ_ROWS weight rows by MMQ_TOKENS tokens. The
-// weight and activation values of MMQ_GROUPS groups at a time go through shared memory as int8
-// rows (the weights' block scales apart, as f32); each warp takes 16 rows by 16 tokens:
-// per group, two m16n8k32 integer products whose int32 sums are scaled into f32 sums. The next
-// stage's global loads are issued before the current stage's products.
+// A block of MMQ_THREADS computes a tile of MMQ_ROWS weight rows by MMQ_TOKENS tokens, in
+// steps of 256 values (one K-quant block, eight Q8_0 blocks). Each step's weights go to shared
+// memory as they are stored (raw blocks: no registers, no re-packing), with its activations and
+// their scales, by asynchronous copies (cp.async) into a ring of STAGES buffers: the next steps'
+// copies are in flight while one step is multiplied. Each warp takes 16 rows by 16 tokens: per
+// 32-value group, two m16n8k32 integer products whose int32 sums are scaled into f32 sums. The
+// A fragments and the group scales are decoded straight from the raw blocks.
+//
+// NOTE (H100, hearth bench, one call each; cuBLAS = dequantizing to f16 for cuBLAS):
+// - The first version loaded 128 values a step into registers and stored them as int8 tiles,
+//   with one step in flight: each step waited for its loads. A 32-token prompt step of
+//   Qwen3-0.6B Q8_0 ran at 7,988 tok/s, and 64-sequence decode lost to cuBLAS (Llama-3.1-8B
+//   Q4_K_M 2,560 vs 2,967 tok/s).
+// - This ring: 10,389 tok/s for the 32-token prompt (cuBLAS 4,958), Llama-3.1-8B 2,520
+//   (cuBLAS 1,889); 64-sequence decode even with cuBLAS (8B 3,171 vs 3,121, 0.6B 12,300 vs
+//   12,514); a 512-token prompt far behind it (8B 5,035 vs 19,473). Under Nsight Compute the
+//   8B 64-sequence step is 91% MMQ at 272-482 GB/s: bound by instruction issue (the per-group
+//   scaling and the fragment and scale decoding are many instructions per product).
+// - Tried and dropped: 64-token tiles (dynamic shared memory, three stages, each warp 16 rows
+//   by 32 tokens) with each warp decoding its rows' scales once per step into shared memory:
+//   slower everywhere (8B 64 sequences 2,518, 0.6B 10,482; the 8B prompt step 2,199), with
+//   half the blocks per multiprocessor and a shared-memory round trip before each step's
+//   products.
 
 #define MMQ_ROWS 32
 #define MMQ_TOKENS 32
-#define MMQ_GROUPS 4
 #define MMQ_THREADS 128
-// Row stride of the int8 tiles in shared memory: 128 values + 16 bytes of padding, so that the
-// eight rows a fragment load touches fall in distinct banks.
-#define MMQ_STRIDE (MMQ_GROUPS * 32 + 16)
+#define MMQ_STEP 256
+#define MMQ_STEP_GROUPS (MMQ_STEP / 32)
+// Row stride of the activation tile: 256 values + 16 bytes, so that the eight rows a fragment
+// load touches fall in distinct banks (68 words a row: bank 4g + t).
+#define MMQ_X_STRIDE (MMQ_STEP + 16)
 
 // D = A (16x32 s8, row-major) * B (32x8 s8, column-major) + C, int32.
 __device__ __forceinline__ void mma_s8_16832(int* d, const u32* a, const u32* b) {
@@ -36,103 +55,143 @@ __device__ __forceinline__ void mma_s8_16832(int* d, const u32* a, const u32* b)
 #endif
 }
 
-// One stage held in registers between its global loads and its shared-memory stores. Thread
-// i takes weight row i / 4 and token i / 4, group g0 + i % 4 of each (MMQ_THREADS = 4 *
-// MMQ_ROWS = 4 * MMQ_TOKENS, MMQ_GROUPS = 4).
-struct MmqStage {
-    u32 qw[8];  // the weight group's 32 values
-    float dw;
-    float mw;   // the group's min (types with one; value = dw * q - mw)
-    uint4 qx[2];  // the token's 32 values
-    float2 dx;  // (d, d * sum q)
-};
-
-// The group's activations (zero for tokens or groups past the end).
-__device__ __forceinline__ void mmq_load_x(MmqStage& s, const i8* __restrict__ xq,
-                                           const float2* __restrict__ xds, int tok0, int g0,
-                                           int n_cols, int n_tok) {
-    const int n_groups = n_cols / 32;
-    const int t = tok0 + threadIdx.x / 4, g = g0 + threadIdx.x % 4;
-    const bool in = t < n_tok && g < n_groups;
-    const uint4* src = reinterpret_cast<const uint4*>(xq + (size_t)t * n_cols + (size_t)g * 32);
-    s.qx[0] = in ? src[0] : make_uint4(0, 0, 0, 0);
-    s.qx[1] = in ? src[1] : make_uint4(0, 0, 0, 0);
-    s.dx = in ? xds[(size_t)t * n_groups + g] : make_float2(0.f, 0.f);
+// 8 bytes from global to shared memory, asynchronously (the activations' scales: float2).
+__device__ __forceinline__ void copy8_async(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(src));
+#else
+    *reinterpret_cast<float2*>(dst) = *reinterpret_cast<const float2*>(src);
+#endif
 }
 
-// Weight loaders: `load` puts 32-value group g of row `row` (both in range) into the stage as
-// int8 values, its scale and (HAS_MIN) its min.
+// Weight types: BYTES per block of QK values; W_STRIDE, the bytes of shared memory a row's
+// step takes (its blocks from the 16-byte vector holding their first byte, so up to 15 bytes of
+// skew, padded so that rows g = 0..7 of a fragment fall in distinct banks); STAGES, the ring's
+// depth within 48 KiB of static shared memory; and
+//   frag(row, j, t, lo, hi): the A fragment words of group j (0..7) of the step for fragment
+//   thread t (values 4t..4t+3 and 16+4t..), from the row's staged bytes;
+//   scale(row, j): (d, m) with the group's value = d * q - m (m = 0 when the type has no min).
+// Types whose two 16-value halves have their own scale (Q6_K) give SPLIT = true and
+// scale_half(row, j, h) in place of scale.
 
-// Q8_0: d (f16) | qs[32], 34-byte blocks, so only 2-byte aligned: 17 16-bit loads.
+// Q8_0: d (f16) | qs[32], 34-byte blocks (only 2-byte aligned).
 struct MmqQ8_0 {
-    static const bool HAS_MIN = false;
-    __device__ static __forceinline__ void load(MmqStage& s, const u8* __restrict__ w, int row,
-                                                int g, int n_cols) {
-        const int n_groups = n_cols / 32;
-        const unsigned short* b = reinterpret_cast<const unsigned short*>(
-            w + (size_t)row * n_groups * 34 + (size_t)g * 34);
-        s.dw = half_to_f32(b[0]);
-        s.mw = 0.f;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) s.qw[k] = (u32)b[1 + 2 * k] | ((u32)b[2 + 2 * k] << 16);
+    static const int BYTES = 34, QK = 32, W_STRIDE = 304, STAGES = 2;
+    static const bool HAS_MIN = false, SPLIT = false;
+    __device__ static __forceinline__ void frag(const u8* row, int j, int t, u32& lo, u32& hi) {
+        const u8* q = row + 34 * j + 2;
+        lo = load_u32_a2(q + 4 * t);
+        hi = load_u32_a2(q + 16 + 4 * t);
+    }
+    __device__ static __forceinline__ float2 scale(const u8* row, int j) {
+        return make_float2(load_half(row + 34 * j), 0.f);
     }
 };
 
-// Q4_K: d | dmin | scales[12] | qs[128] per 256 values; group j of a block is nibble j % 2 of
-// qs[32 * (j / 2) ..], with a 6-bit scale and min (as the int8 GEMV decodes them). The scale
-// and min are multiplied in the GEMV's order: (d * scale) and (dmin * min).
+// Q4_K: d | dmin | scales[12] | qs[128] per 256 values; group j is nibble j % 2 of
+// qs[32 * (j / 2) ..], with a 6-bit scale and min (as the int8 GEMV decodes them), multiplied
+// in the GEMV's order: (d * scale) and (dmin * min).
 struct MmqQ4_K {
-    static const bool HAS_MIN = true;
-    __device__ static __forceinline__ void load(MmqStage& s, const u8* __restrict__ w, int row,
-                                                int g, int n_cols) {
-        const u8* b = w + ((size_t)row * (n_cols / 256) + g / 8) * 144;
-        const int j = g % 8;
-        const u8* sc = b + 4;
-        int scale, min;
-        scale_min_k4(sc, j, scale, min);
-        s.dw = load_half(b) * (float)scale;
-        s.mw = load_half(b + 2) * (float)min;
-        const uint4* q = reinterpret_cast<const uint4*>(b + 16 + 32 * (j / 2));
+    static const int BYTES = 144, QK = 256, W_STRIDE = 176, STAGES = 3;
+    static const bool HAS_MIN = true, SPLIT = false;
+    __device__ static __forceinline__ void frag(const u8* row, int j, int t, u32& lo, u32& hi) {
+        const u8* q = row + 16 + 32 * (j / 2) + 4 * t;
         const int shift = 4 * (j % 2);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const uint4 v = q[h];
-            s.qw[4 * h + 0] = (v.x >> shift) & 0x0F0F0F0Fu;
-            s.qw[4 * h + 1] = (v.y >> shift) & 0x0F0F0F0Fu;
-            s.qw[4 * h + 2] = (v.z >> shift) & 0x0F0F0F0Fu;
-            s.qw[4 * h + 3] = (v.w >> shift) & 0x0F0F0F0Fu;
+        lo = (*reinterpret_cast<const u32*>(q) >> shift) & 0x0F0F0F0Fu;
+        hi = (*reinterpret_cast<const u32*>(q + 16) >> shift) & 0x0F0F0F0Fu;
+    }
+    __device__ static __forceinline__ float2 scale(const u8* row, int j) {
+        int scale, min;
+        scale_min_k4(row + 4, j, scale, min);
+        return make_float2(load_half(row) * (float)scale, load_half(row + 2) * (float)min);
+    }
+};
+
+// Q6_K: ql[128] | qh[64] | scales[16] (i8) | d per 256 values; group j = 4n + s holds values
+// 128n + 32s + l: low nibble of ql[64n + 32(s%2) + l] (high nibble for s >= 2), high 2 bits at
+// shift 2s of qh[32n + l]; value = d * scale[value / 16] * (q - 32). Each 16-value half of a
+// group has its own scale, so its halves are multiplied apart.
+struct MmqQ6_K {
+    static const int BYTES = 210, QK = 256, W_STRIDE = 240, STAGES = 2;
+    static const bool HAS_MIN = false, SPLIT = true;
+    __device__ static __forceinline__ u32 values(const u8* row, int j, int at) {
+        const int n = j >> 2, s = j & 3;
+        const u8* ql = row + 64 * n + 32 * (s & 1);
+        const u8* qh = row + 128 + 32 * n;
+        const u32 lo = (load_u32_a2(ql + at) >> (4 * (s >> 1))) & 0x0F0F0F0Fu;
+        const u32 hi = ((load_u32_a2(qh + at) >> (2 * s)) & 0x03030303u) << 4;
+        return sub32_bytes(lo | hi);
+    }
+    __device__ static __forceinline__ void frag(const u8* row, int j, int t, u32& lo, u32& hi) {
+        lo = values(row, j, 4 * t);
+        hi = values(row, j, 16 + 4 * t);
+    }
+    // d * scale of half h (0, 1) of group j.
+    __device__ static __forceinline__ float scale_half(const u8* row, int j, int h) {
+        return load_half(row + 208) * (float)reinterpret_cast<const i8*>(row + 192)[2 * j + h];
+    }
+};
+
+// One ring buffer: the step's raw weight blocks per row, its activations and their
+// (d, d * sum q) per group.
+template <class W>
+struct MmqStage {
+    u8 w[MMQ_ROWS][W::W_STRIDE];
+    i8 x[MMQ_TOKENS][MMQ_X_STRIDE];
+    float2 dx[MMQ_TOKENS][MMQ_STEP_GROUPS];
+};
+
+// Where step s of a row starts inside its first staged 16-byte vector.
+template <class W>
+__device__ __forceinline__ int mmq_skew(const u8* row, int s) {
+    return (int)(reinterpret_cast<size_t>(row + (size_t)s * (MMQ_STEP / W::QK) * W::BYTES) & 15);
+}
+
+// The copies of step s (groups g0 = 8s ..) into `st`, weights and activations apart: no kernel
+// writes the weights, so the first step's may be copied before await_previous_kernels. Rows
+// past the end read the last row and tokens past the end the last token (computed, never
+// stored); activations of groups past the row's end are not copied (never read).
+template <class W>
+__device__ __forceinline__ void mmq_issue_w(MmqStage<W>& st, const u8* __restrict__ w,
+                                            int row0, int s, int n_rows, int n_cols) {
+    const int n_groups = n_cols / 32;
+    const int groups = min(MMQ_STEP_GROUPS, n_groups - s * MMQ_STEP_GROUPS);
+    const size_t row_bytes = (size_t)(n_cols / W::QK) * W::BYTES;
+    const int step_bytes = groups * 32 / W::QK * W::BYTES;
+    const int w_vecs = W::W_STRIDE / 16;
+    for (int i = threadIdx.x; i < MMQ_ROWS * w_vecs; i += MMQ_THREADS) {
+        const int r = i / w_vecs, v = i % w_vecs;
+        const u8* row = w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
+        const u8* start = row + (size_t)s * (MMQ_STEP / W::QK) * W::BYTES;
+        const int skew = (int)(reinterpret_cast<size_t>(start) & 15);
+        if (v * 16 < skew + step_bytes) {
+            copy16_async(reinterpret_cast<uint4*>(&st.w[r][16 * v]),
+                         reinterpret_cast<const uint4*>(start - skew) + v);
         }
     }
-};
-
-// This thread's weight group of the stage starting at group g0. Rows past the end read the last
-// row (computed, never stored); groups past the end are zero.
-template <class W>
-__device__ __forceinline__ void mmq_load_w(MmqStage& s, const u8* __restrict__ w, int row0,
-                                           int g0, int n_rows, int n_cols) {
-    const int row = min(row0 + (int)threadIdx.x / 4, n_rows - 1), g = g0 + threadIdx.x % 4;
-    if (g >= n_cols / 32) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) s.qw[k] = 0;
-        s.dw = 0.f;
-        s.mw = 0.f;
-        return;
-    }
-    W::load(s, w, row, g, n_cols);
 }
 
-__device__ __forceinline__ void mmq_store(const MmqStage& s, i8 (*sw)[MMQ_STRIDE],
-                                          float2 (*sdw)[MMQ_GROUPS], i8 (*sx)[MMQ_STRIDE],
-                                          float2 (*sdx)[MMQ_GROUPS]) {
-    const int r = threadIdx.x / 4, g = threadIdx.x % 4;
-    uint4* dw = reinterpret_cast<uint4*>(&sw[r][32 * g]);
-    dw[0] = make_uint4(s.qw[0], s.qw[1], s.qw[2], s.qw[3]);
-    dw[1] = make_uint4(s.qw[4], s.qw[5], s.qw[6], s.qw[7]);
-    sdw[r][g] = make_float2(s.dw, s.mw);
-    uint4* dx = reinterpret_cast<uint4*>(&sx[r][32 * g]);
-    dx[0] = s.qx[0];
-    dx[1] = s.qx[1];
-    sdx[r][g] = s.dx;
+template <class W>
+__device__ __forceinline__ void mmq_issue_x(MmqStage<W>& st, const i8* __restrict__ xq,
+                                            const float2* __restrict__ xds, int tok0, int s,
+                                            int n_cols, int n_tok) {
+    const int n_groups = n_cols / 32, g0 = s * MMQ_STEP_GROUPS;
+    const int groups = min(MMQ_STEP_GROUPS, n_groups - g0);
+    constexpr int x_vecs = MMQ_STEP / 16;
+    for (int i = threadIdx.x; i < MMQ_TOKENS * x_vecs; i += MMQ_THREADS) {
+        const int t = i / x_vecs, v = i % x_vecs;
+        if (v / 2 >= groups) continue;
+        const size_t tok = (size_t)min(tok0 + t, n_tok - 1);
+        copy16_async(reinterpret_cast<uint4*>(&st.x[t][16 * v]),
+                     reinterpret_cast<const uint4*>(xq + tok * n_cols + (size_t)g0 * 32) + v);
+    }
+    for (int i = threadIdx.x; i < MMQ_TOKENS * MMQ_STEP_GROUPS; i += MMQ_THREADS) {
+        const int t = i / MMQ_STEP_GROUPS, g = i % MMQ_STEP_GROUPS;
+        if (g >= groups) continue;
+        const size_t tok = (size_t)min(tok0 + t, n_tok - 1);
+        copy8_async(&st.dx[t][g], xds + tok * n_groups + g0 + g);
+    }
 }
 
 // One group's contribution: w = (scale, min) of the weight group, x = (d, d * sum q).
@@ -141,22 +200,24 @@ __device__ __forceinline__ float mmq_group(float2 w, float2 x, int sum, bool has
     return has_min ? v - w.y * x.y : v;
 }
 
-// Grid: (ceil(n_rows / MMQ_ROWS), ceil(n_tok / MMQ_TOKENS)). n_cols is a multiple of 32 (of
-// 256 for K-quants).
+// The tile of rows row_block * MMQ_ROWS .. and tokens blockIdx.y * MMQ_TOKENS ..; grid: (row
+// blocks, ceil(n_tok / MMQ_TOKENS)). n_cols is a multiple of 32 (of 256 for K-quants).
 template <class W>
 __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restrict__ xq,
                                     const float2* __restrict__ xds, float* __restrict__ y,
-                                    int n_rows, int n_cols, int n_tok, int accumulate) {
-    await_previous_kernels();
-    __shared__ __align__(16) i8 sw[MMQ_ROWS][MMQ_STRIDE];
-    __shared__ __align__(16) i8 sx[MMQ_TOKENS][MMQ_STRIDE];
-    __shared__ float2 sdw[MMQ_ROWS][MMQ_GROUPS];
-    __shared__ float2 sdx[MMQ_TOKENS][MMQ_GROUPS];
-    const int row0 = blockIdx.x * MMQ_ROWS, tok0 = blockIdx.y * MMQ_TOKENS;
+                                    int n_rows, int n_cols, int n_tok, int accumulate,
+                                    int row_block) {
+    __shared__ __align__(16) MmqStage<W> ring[W::STAGES];
+    const int row0 = row_block * MMQ_ROWS, tok0 = blockIdx.y * MMQ_TOKENS;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int g = lane / 4, t = lane % 4;  // the fragments' group and thread-in-group
     const int wr = 16 * (warp / 2), wt = 16 * (warp % 2);  // the warp's rows and tokens
     const int n_groups = n_cols / 32;
+    const int n_steps = (n_groups + MMQ_STEP_GROUPS - 1) / MMQ_STEP_GROUPS;
+    const size_t row_bytes = (size_t)(n_cols / W::QK) * W::BYTES;
+    // This thread's two fragment rows (g and g + 8 of the warp's 16).
+    const u8* frag_rows[2] = {w + (size_t)min(row0 + wr + g, n_rows - 1) * row_bytes,
+                              w + (size_t)min(row0 + wr + g + 8, n_rows - 1) * row_bytes};
 
     float acc[2][4];
 #pragma unroll
@@ -164,39 +225,74 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restri
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
 
-    MmqStage stage;
-    mmq_load_w<W>(stage, w, row0, 0, n_rows, n_cols);
-    mmq_load_x(stage, xq, xds, tok0, 0, n_cols, n_tok);
-    for (int g0 = 0; g0 < n_groups; g0 += MMQ_GROUPS) {
-        __syncthreads();  // the previous stage's products are done with the tiles
-        mmq_store(stage, sw, sdw, sx, sdx);
-        __syncthreads();
-        if (g0 + MMQ_GROUPS < n_groups) {
-            mmq_load_w<W>(stage, w, row0, g0 + MMQ_GROUPS, n_rows, n_cols);
-            mmq_load_x(stage, xq, xds, tok0, g0 + MMQ_GROUPS, n_cols, n_tok);
-        }
+    mmq_issue_w<W>(ring[0], w, row0, 0, n_rows, n_cols);
+    await_previous_kernels();
 #pragma unroll
-        for (int k = 0; k < MMQ_GROUPS; ++k) {
+    for (int p = 0; p < W::STAGES - 1; ++p) {
+        if (p < n_steps) {
+            if (p > 0) mmq_issue_w<W>(ring[p], w, row0, p, n_rows, n_cols);
+            mmq_issue_x<W>(ring[p], xq, xds, tok0, p, n_cols, n_tok);
+        }
+        copies_commit();
+    }
+    for (int s = 0; s < n_steps; ++s) {
+        copies_wait<W::STAGES - 2>();
+        // Step s has landed for every thread, and every warp is done with the buffer that the
+        // copies issued next overwrite (last read in step s - 1).
+        __syncthreads();
+        const int ahead = s + W::STAGES - 1;
+        if (ahead < n_steps) {
+            MmqStage<W>& next = ring[ahead % W::STAGES];
+            mmq_issue_w<W>(next, w, row0, ahead, n_rows, n_cols);
+            mmq_issue_x<W>(next, xq, xds, tok0, ahead, n_cols, n_tok);
+        }
+        copies_commit();
+        MmqStage<W>& st = ring[s % W::STAGES];
+        const int groups = min(MMQ_STEP_GROUPS, n_groups - s * MMQ_STEP_GROUPS);
+        const u8* rows[2] = {&st.w[wr + g][mmq_skew<W>(frag_rows[0], s)],
+                             &st.w[wr + g + 8][mmq_skew<W>(frag_rows[1], s)]};
+#pragma unroll
+        for (int k = 0; k < MMQ_STEP_GROUPS; ++k) {
+            if (k >= groups) break;  // the same for the whole block
             u32 a[4];
-            a[0] = *reinterpret_cast<const u32*>(&sw[wr + g][32 * k + 4 * t]);
-            a[1] = *reinterpret_cast<const u32*>(&sw[wr + g + 8][32 * k + 4 * t]);
-            a[2] = *reinterpret_cast<const u32*>(&sw[wr + g][32 * k + 16 + 4 * t]);
-            a[3] = *reinterpret_cast<const u32*>(&sw[wr + g + 8][32 * k + 16 + 4 * t]);
-            const float2 dw0 = sdw[wr + g][k], dw1 = sdw[wr + g + 8][k];
+            W::frag(rows[0], k, t, a[0], a[2]);
+            W::frag(rows[1], k, t, a[1], a[3]);
+            // The group's scales for both fragment rows: (d, m), or d of each half.
+            float2 dw[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                if constexpr (W::SPLIT) {
+                    dw[r] = make_float2(W::scale_half(rows[r], k, 0), W::scale_half(rows[r], k, 1));
+                } else {
+                    dw[r] = W::scale(rows[r], k);
+                }
+            }
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int tok = wt + 8 * j;
                 u32 b[2];
-                b[0] = *reinterpret_cast<const u32*>(&sx[tok + g][32 * k + 4 * t]);
-                b[1] = *reinterpret_cast<const u32*>(&sx[tok + g][32 * k + 16 + 4 * t]);
-                int c[4] = {0, 0, 0, 0};
-                mma_s8_16832(c, a, b);
-                const float2 dx0 = sdx[tok + 2 * t][k], dx1 = sdx[tok + 2 * t + 1][k];
-                // As the int8 GEMVs' dots: (dw * dx) * sum, less mw * (dx * sum qx).
-                acc[j][0] += mmq_group(dw0, dx0, c[0], W::HAS_MIN);
-                acc[j][1] += mmq_group(dw0, dx1, c[1], W::HAS_MIN);
-                acc[j][2] += mmq_group(dw1, dx0, c[2], W::HAS_MIN);
-                acc[j][3] += mmq_group(dw1, dx1, c[3], W::HAS_MIN);
+                b[0] = *reinterpret_cast<const u32*>(&st.x[tok + g][32 * k + 4 * t]);
+                b[1] = *reinterpret_cast<const u32*>(&st.x[tok + g][32 * k + 16 + 4 * t]);
+                const float2 dx0 = st.dx[tok + 2 * t][k], dx1 = st.dx[tok + 2 * t + 1][k];
+                if constexpr (W::SPLIT) {
+                    // Each half with its own scale: the other half's values zeroed.
+                    const u32 lo_a[4] = {a[0], a[1], 0u, 0u}, hi_a[4] = {0u, 0u, a[2], a[3]};
+                    int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+                    mma_s8_16832(lo, lo_a, b);
+                    mma_s8_16832(hi, hi_a, b);
+                    acc[j][0] += dx0.x * (dw[0].x * (float)lo[0] + dw[0].y * (float)hi[0]);
+                    acc[j][1] += dx1.x * (dw[0].x * (float)lo[1] + dw[0].y * (float)hi[1]);
+                    acc[j][2] += dx0.x * (dw[1].x * (float)lo[2] + dw[1].y * (float)hi[2]);
+                    acc[j][3] += dx1.x * (dw[1].x * (float)lo[3] + dw[1].y * (float)hi[3]);
+                } else {
+                    int c[4] = {0, 0, 0, 0};
+                    mma_s8_16832(c, a, b);
+                    // As the int8 GEMVs' dots: (dw * dx) * sum, less mw * (dx * sum qx).
+                    acc[j][0] += mmq_group(dw[0], dx0, c[0], W::HAS_MIN);
+                    acc[j][1] += mmq_group(dw[0], dx1, c[1], W::HAS_MIN);
+                    acc[j][2] += mmq_group(dw[1], dx0, c[2], W::HAS_MIN);
+                    acc[j][3] += mmq_group(dw[1], dx1, c[3], W::HAS_MIN);
+                }
             }
         }
     }
@@ -217,11 +313,40 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restri
 extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
 mmq_q8_0(const u8* w, const i8* xq, const float2* xds, float* y, int n_rows, int n_cols,
          int n_tok, int accumulate) {
-    mmq<MmqQ8_0>(w, xq, xds, y, n_rows, n_cols, n_tok, accumulate);
+    mmq<MmqQ8_0>(w, xq, xds, y, n_rows, n_cols, n_tok, accumulate, blockIdx.x);
 }
 
 extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
 mmq_q4_k(const u8* w, const i8* xq, const float2* xds, float* y, int n_rows, int n_cols,
          int n_tok, int accumulate) {
-    mmq<MmqQ4_K>(w, xq, xds, y, n_rows, n_cols, n_tok, accumulate);
+    mmq<MmqQ4_K>(w, xq, xds, y, n_rows, n_cols, n_tok, accumulate, blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
+mmq_q6_k(const u8* w, const i8* xq, const float2* xds, float* y, int n_rows, int n_cols,
+         int n_tok, int accumulate) {
+    mmq<MmqQ6_K>(w, xq, xds, y, n_rows, n_cols, n_tok, accumulate, blockIdx.x);
+}
+
+// Up to three matrices of one type times the same activations in one launch, stored (q, k
+// and v; or gate and up, with rows2 = 0): small matrices alone leave most multiprocessors idle.
+extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
+mmq3_q8_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds, float* y0,
+          float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols, int n_tok) {
+    SEGMENT3(MMQ_ROWS)
+    mmq<MmqQ8_0>(w, xq, xds, y, n_rows, n_cols, n_tok, 0, block);
+}
+
+extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
+mmq3_q4_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds, float* y0,
+          float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols, int n_tok) {
+    SEGMENT3(MMQ_ROWS)
+    mmq<MmqQ4_K>(w, xq, xds, y, n_rows, n_cols, n_tok, 0, block);
+}
+
+extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
+mmq3_q6_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds, float* y0,
+          float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols, int n_tok) {
+    SEGMENT3(MMQ_ROWS)
+    mmq<MmqQ6_K>(w, xq, xds, y, n_rows, n_cols, n_tok, 0, block);
 }

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 51] = [
+pub(crate) const KERNEL_NAMES: [&str; 55] = [
     "gemv_f16",
     "gemv_q8_0",
     "gemv_q4_0",
@@ -69,6 +69,10 @@ pub(crate) const KERNEL_NAMES: [&str; 51] = [
     "rms_norm_quantize",
     "mmq_q8_0",
     "mmq_q4_k",
+    "mmq_q6_k",
+    "mmq3_q8_0",
+    "mmq3_q4_k",
+    "mmq3_q6_k",
 ];
 
 /// Bytes of padding after a weight matrix: the GEMV kernels' last 16-byte load of a row may

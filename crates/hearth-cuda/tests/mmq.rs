@@ -1,5 +1,5 @@
 //! The tensor-core matmul of quantized weights and int8 activations (kernels/mmq.cu), which
-//! takes batches of 5 to 48 tokens: tiles cut by the ends of rows, tokens and groups, stored and
+//! takes batches of 5 to 64 tokens: tiles cut by the ends of rows, tokens and groups, stored and
 //! accumulated, against the int8 GEMV on one token at a time (same products, another summation
 //! order) and against the CPU backend. Without a usable GPU the test prints "skipped: <reason>".
 
@@ -7,7 +7,7 @@ mod common;
 
 use common::{gpu, random_host_weight};
 use hearth_backend::cpu::CpuBackend;
-use hearth_backend::Backend;
+use hearth_backend::{Activation, Backend};
 use hearth_quant::GgmlType;
 use rand::{Rng, SeedableRng};
 
@@ -57,13 +57,15 @@ fn mmq_matches_the_gemv_and_the_cpu() {
         (GgmlType::Q8_0, 96, 1024),
         (GgmlType::Q4_K, 256, 512),
         (GgmlType::Q4_K, 200, 1280),
+        (GgmlType::Q6_K, 256, 512),
+        (GgmlType::Q6_K, 200, 1280),
     ];
     for (ty, rows, cols) in cases {
         let host = random_host_weight(ty, rows, cols, &mut rng);
         let w_gpu = gpu.load_weight(host.clone()).expect("load");
         let w_cpu = cpu.load_weight(host).expect("load");
-        // 5 to 48 tokens take MMQ (see backend/mmq.rs); 33 and 48 end inside a token tile.
-        for tokens in [5, 17, 32, 33, 48] {
+        // 5 to 64 tokens take MMQ (see backend/mmq.rs); 33 and 48 end inside a token tile.
+        for tokens in [5, 17, 32, 33, 48, 64] {
             let x: Vec<f32> = (0..tokens * cols)
                 .map(|_| rng.gen_range(-2.0..2.0))
                 .collect();
@@ -93,6 +95,73 @@ fn mmq_matches_the_gemv_and_the_cpu() {
                 let bound = if ty == GgmlType::Q8_0 { 1e-10 } else { 1e-3 };
                 assert!(vs_cpu < bound, "{what}: nmse {vs_cpu:e} vs the CPU");
             }
+        }
+    }
+}
+
+/// q, k and v (rows of three sizes), and gate and up, each in one launch (`mmq3_*`): the same
+/// bits as one launch per matrix, since every tile is computed alike.
+#[test]
+fn mmq_segments_equal_one_launch_per_matrix() {
+    let Some(gpu) = gpu() else {
+        return;
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let cols = 512;
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+        let ws: Vec<_> = [200, 96, 64]
+            .into_iter()
+            .map(|rows| {
+                let host = random_host_weight(ty, rows, cols, &mut rng);
+                (rows, gpu.load_weight(host).expect("load"))
+            })
+            .collect();
+        for tokens in [17, 48] {
+            let what = format!("{ty} x{tokens}");
+            let x: Vec<f32> = (0..tokens * cols)
+                .map(|_| rng.gen_range(-2.0..2.0))
+                .collect();
+            gpu.begin_forward(None);
+            let xt = gpu.upload(&x, tokens, cols).expect("upload");
+            let mut outs: Vec<_> = ws
+                .iter()
+                .map(|(rows, _)| gpu.alloc(tokens, *rows).expect("alloc"))
+                .collect();
+            let [a, b, c] = &mut outs[..] else {
+                unreachable!("three outputs")
+            };
+            gpu.matmul3([&ws[0].1, &ws[1].1, &ws[2].1], &xt, [a, b, c])
+                .expect("matmul3");
+            // Read back before `project` starts another pass, which reuses the pass's memory.
+            let threes: Vec<_> = outs
+                .iter()
+                .map(|o| gpu.to_host(o).expect("to host"))
+                .collect();
+            for ((rows, w), three) in ws.iter().zip(threes) {
+                let one = project(&gpu, w, &x, (tokens, cols, *rows), None);
+                assert!(one == three, "{what}: {rows} rows of matmul3");
+            }
+
+            // gate and up: the 96-row matrix and another of 96 rows.
+            let up = gpu
+                .load_weight(random_host_weight(ty, 96, cols, &mut rng))
+                .expect("load");
+            let gate = &ws[1].1;
+            gpu.begin_forward(None);
+            let xt = gpu.upload(&x, tokens, cols).expect("upload");
+            let mut fused = gpu.alloc(tokens, 96).expect("alloc");
+            gpu.gated_matmul(gate, &up, &xt, Activation::Silu, &mut fused)
+                .expect("gated");
+            let mut g = gpu.alloc(tokens, 96).expect("alloc");
+            let mut u = gpu.alloc(tokens, 96).expect("alloc");
+            gpu.matmul(gate, &xt, &mut g).expect("gate");
+            gpu.matmul(&up, &xt, &mut u).expect("up");
+            gpu.glu(&mut g, &u, Activation::Silu).expect("glu");
+            let fused = gpu.to_host(&fused).expect("to host");
+            assert!(
+                fused == gpu.to_host(&g).expect("to host"),
+                "{what}: gate and up"
+            );
         }
     }
 }

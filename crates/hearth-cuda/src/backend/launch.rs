@@ -5,7 +5,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use hearth_quant::GgmlType;
 
 use super::dependent_launch;
-use super::mmq::mmq_kernel;
+use super::mmq::{mmq_kernel, mmq_kernel_all};
 use super::state::{Halved, Mode, Quantized, State};
 use super::{CudaBackend, CudaTensor, CudaWeight};
 use crate::error::driver;
@@ -247,11 +247,11 @@ impl CudaBackend {
             return self.launch_mlx_gemv(st, w, m, x, out, accumulate);
         }
         let mma = self.dev.info().has_mma();
-        if let Some(name) = (n > GEMV_MAX_TOKENS && mma)
+        if let Some(kernel) = (n > GEMV_MAX_TOKENS && mma)
             .then(|| mmq_kernel(w, n))
             .flatten()
         {
-            return self.launch_mmq(st, name, w, x, out, accumulate);
+            return self.launch_mmq(st, kernel, w, x, out, accumulate);
         }
         // The GEMM path dequantizes whole 32-value groups (kernels/dequant.cu).
         if n > GEMV_MAX_TOKENS && self.blas.is_some() && w.cols.is_multiple_of(32) {
@@ -326,6 +326,14 @@ impl CudaBackend {
         x: &CudaTensor,
         out: [&CudaTensor; 3],
     ) -> Result<bool, CudaError> {
+        let mma = self.dev.info().has_mma();
+        if let Some(kernel) = (x.rows > GEMV_MAX_TOKENS && mma)
+            .then(|| mmq_kernel_all(&w, x.rows))
+            .flatten()
+        {
+            self.launch_mmq_segments(st, kernel, &w, x, &out)?;
+            return Ok(true);
+        }
         let same = w.iter().all(|m| m.ty == w[0].ty && m.cols == w[0].cols);
         let quantized = w[0].ty != GgmlType::F16;
         if !same

@@ -19,16 +19,19 @@ const MMQ_THREADS: u32 = 128;
 /// weights to f16 for cuBLAS. `HEARTH_CUDA_MMQ_MAX_TOKENS` overrides it (0: never), so that
 /// the crossover can be measured on other GPUs.
 ///
-/// NOTE (H100, 2026-11-24, one call): a 32-token prompt step gained (Qwen3-0.6B Q8_0 7,194 vs
-/// 6,141 tok/s, Llama-3.1-8B Q4_K_M 2,067 vs 1,729), 64-sequence decode lost (0.6B Q8_0 8,502
-/// vs 8,785, 8B 2,560 vs 2,967): the 32x32 tiles leave most SMs idle on small matrices.
+/// NOTE (H100, 2026-11-25, one call, kernels/mmq.cu's ring of copies): a 32-token prompt step
+/// gained (Qwen3-0.6B Q8_0 10,389 vs 4,958 tok/s, Llama-3.1-8B Q4_K_M 2,520 vs 1,889),
+/// 64-sequence decode was even (0.6B Q8_0 12,300 vs 12,514, 8B 3,171 vs 3,121), a 512-token
+/// prompt lost by far (8B 5,035 vs 19,473). Where the crossover lies between 64 and 512 was
+/// not measured. With q, k, v and gate, up each in one launch (`launch_mmq_segments`), the
+/// 0.6B Q8_0 32-token prompt ran at 13,291 tok/s against 8,807 through cuBLAS (another call).
 fn mmq_max_tokens() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
     *MAX.get_or_init(|| {
         std::env::var("HEARTH_CUDA_MMQ_MAX_TOKENS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(48)
+            .unwrap_or(64)
     })
 }
 
@@ -39,26 +42,44 @@ pub(super) fn takes_int8_activations(n: usize) -> bool {
     n <= GEMV_MAX_TOKENS || n <= mmq_max_tokens()
 }
 
-/// The MMQ kernel for `n` tokens times weight `w`, if it takes them.
-pub(super) fn mmq_kernel(w: &CudaWeight, n: usize) -> Option<&'static str> {
+/// A weight type's MMQ kernels: of one matrix, and of up to three sharing the activations.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct MmqKernel {
+    one: &'static str,
+    three: &'static str,
+}
+
+/// The MMQ kernels for `n` tokens times weight `w`, if they take them.
+pub(super) fn mmq_kernel(w: &CudaWeight, n: usize) -> Option<MmqKernel> {
     if w.mlx.is_some() || !w.cols.is_multiple_of(32) || n > mmq_max_tokens() {
         return None;
     }
-    match w.ty {
-        GgmlType::Q8_0 => Some("mmq_q8_0"),
-        GgmlType::Q4_K if w.cols.is_multiple_of(256) => Some("mmq_q4_k"),
-        _ => None,
-    }
+    let (one, three) = match w.ty {
+        GgmlType::Q8_0 => ("mmq_q8_0", "mmq3_q8_0"),
+        GgmlType::Q4_K if w.cols.is_multiple_of(256) => ("mmq_q4_k", "mmq3_q4_k"),
+        GgmlType::Q6_K if w.cols.is_multiple_of(256) => ("mmq_q6_k", "mmq3_q6_k"),
+        _ => return None,
+    };
+    Some(MmqKernel { one, three })
+}
+
+/// The kernels that take all of `ws` (same type and columns) for `n` tokens, if any.
+pub(super) fn mmq_kernel_all(ws: &[&CudaWeight], n: usize) -> Option<MmqKernel> {
+    let first = ws.first()?;
+    let kernel = mmq_kernel(first, n)?;
+    ws.iter()
+        .all(|w| w.cols == first.cols && mmq_kernel(w, n) == Some(kernel))
+        .then_some(kernel)
 }
 
 impl CudaBackend {
     /// `out (+)= W · x` for every token of `x`, the activations quantized to 8 bits first (or
     /// their copy kept from an earlier projection of the same rows).
-    /// `name` is the weight's kernel from [`mmq_kernel`].
+    /// `kernel` is the weight's from [`mmq_kernel`].
     pub(super) fn launch_mmq(
         &self,
         st: &mut State,
-        name: &'static str,
+        kernel: MmqKernel,
         w: &CudaWeight,
         x: &CudaTensor,
         out: &CudaTensor,
@@ -79,6 +100,43 @@ impl CudaBackend {
             Arg::I(x.rows as i32),
             Arg::I(accumulate as i32),
         ];
-        self.launch(st, name, grid, MMQ_THREADS, &args)
+        self.launch(st, kernel.one, grid, MMQ_THREADS, &args)
+    }
+
+    /// `outs[i] = ws[i] · x` for two or three weights in one launch (q, k and v; gate and up),
+    /// `kernel` from [`mmq_kernel_all`] of them.
+    pub(super) fn launch_mmq_segments(
+        &self,
+        st: &mut State,
+        kernel: MmqKernel,
+        ws: &[&CudaWeight],
+        x: &CudaTensor,
+        outs: &[&CudaTensor],
+    ) -> Result<(), CudaError> {
+        debug_assert!((2..=3).contains(&ws.len()) && ws.len() == outs.len());
+        let (xq, xds) = self.quantize_activations(st, x)?;
+        let part = |i: usize| match (ws.get(i), outs.get(i)) {
+            (Some(w), Some(o)) => (w.ptr, o.ptr, w.rows),
+            _ => (0, 0, 0), // no third matrix: a segment of no blocks
+        };
+        let parts = [part(0), part(1), part(2)];
+        let blocks: usize = parts.iter().map(|p| p.2.div_ceil(MMQ_ROWS)).sum();
+        let grid = (blocks as u32, x.rows.div_ceil(MMQ_TOKENS) as u32);
+        let args = [
+            Arg::P(parts[0].0),
+            Arg::P(parts[1].0),
+            Arg::P(parts[2].0),
+            Arg::P(xq),
+            Arg::P(xds),
+            Arg::P(parts[0].1),
+            Arg::P(parts[1].1),
+            Arg::P(parts[2].1),
+            Arg::I(parts[0].2 as i32),
+            Arg::I(parts[1].2 as i32),
+            Arg::I(parts[2].2 as i32),
+            Arg::I(ws[0].cols as i32),
+            Arg::I(x.rows as i32),
+        ];
+        self.launch(st, kernel.three, grid, MMQ_THREADS, &args)
     }
 }

@@ -450,8 +450,20 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let u = self.tensor(&mut st, out.rows, out.cols)?;
-        self.launch_matmul(&mut st, gate, x, out, false)?;
-        self.launch_matmul(&mut st, up, x, &u, false)?;
+        let mma = self.dev.info().has_mma();
+        match (x.rows > launch::GEMV_MAX_TOKENS && mma)
+            .then(|| mmq::mmq_kernel_all(&[gate, up], x.rows))
+            .flatten()
+        {
+            // Both in one launch: each alone leaves multiprocessors idle on small models.
+            Some(kernel) => {
+                self.launch_mmq_segments(&mut st, kernel, &[gate, up], x, &[out, &u])?
+            }
+            None => {
+                self.launch_matmul(&mut st, gate, x, out, false)?;
+                self.launch_matmul(&mut st, up, x, &u, false)?;
+            }
+        }
         let n = out.len();
         self.launch(
             &st,
