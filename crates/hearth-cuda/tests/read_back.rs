@@ -12,9 +12,10 @@ use rand::{Rng, SeedableRng};
 fn tensors_come_back_unchanged_and_argmax_rows_pick_the_samplers_ids() {
     let Some(be) = gpu() else { return };
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-    // 600 KB (one row of a 152k vocabulary) and 9.7 MB (16 of them): both read-back paths,
-    // twice each, so the second large one reuses the page-locked buffer.
-    for rows in [1, 16, 16, 1] {
+    // 600 KB (one row of a 152k vocabulary), 9.7 MB (16 of them: 10 chunks, the last one
+    // short) and 39 MB (64): both read-back paths, the large one growing its page-locked
+    // buffer and chunk events, then reusing them.
+    for rows in [1, 16, 64, 16, 1] {
         let cols = 151_936;
         let mut host: Vec<f32> = (0..rows * cols)
             .map(|_| rng.gen_range(-30.0..30.0))

@@ -174,16 +174,6 @@ impl Pinned {
         self.ptr
     }
 
-    /// The first `n` f32 of the buffer.
-    ///
-    /// # Safety
-    /// `4 * n <= capacity()`, and the bytes were written (by a completed copy).
-    pub unsafe fn f32s(&self, n: usize) -> &[f32] {
-        // SAFETY: page-aligned allocation, so aligned for f32; length and contents are the
-        // caller's promise.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const f32, n) }
-    }
-
     /// Copies `data` into the next free bytes; `None` when it does not fit.
     pub fn push(&mut self, data: &[u8]) -> Option<&[u8]> {
         if !self.fits(data.len()) {

@@ -13,7 +13,7 @@
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 
-use cudarc::driver::CudaGraph;
+use cudarc::driver::{CudaEvent, CudaGraph};
 
 use super::memory::{Arena, Counters, Pinned};
 
@@ -53,6 +53,8 @@ pub(super) struct State {
     /// Page-locked memory that large read-backs land in first (see `forward.rs`); grown on
     /// demand, kept between passes.
     pub read_back: Option<Pinned>,
+    /// One event per chunk of such a read-back, marking when it has arrived.
+    pub read_back_events: Vec<CudaEvent>,
     pub counters: Counters,
     pub mode: Mode,
     pub graphs: HashMap<u64, Graph>,
@@ -92,6 +94,7 @@ impl State {
             arena: Arena::new(),
             pinned,
             read_back: None,
+            read_back_events: Vec::new(),
             counters: Counters::new(),
             mode: Mode::Eager,
             graphs: HashMap::new(),
