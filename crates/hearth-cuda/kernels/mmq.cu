@@ -14,7 +14,8 @@
 // their scales, by asynchronous copies (cp.async) into a ring of STAGES buffers: the next steps'
 // copies are in flight while one step is multiplied. Each warp takes 16 rows by 16 tokens: per
 // 32-value group, two m16n8k32 integer products whose int32 sums are scaled into f32 sums. The
-// A fragments and the group scales are decoded straight from the raw blocks.
+// A fragments are decoded straight from the raw blocks, and each thread decodes its two rows'
+// group scales once per step.
 //
 // NOTE (H100, hearth bench, one call each; cuBLAS = dequantizing to f16 for cuBLAS):
 // - The first version loaded 128 values a step into registers and stored them as int8 tiles,
@@ -26,6 +27,10 @@
 //   12,514); a 512-token prompt far behind it (8B 5,035 vs 19,473). Under Nsight Compute the
 //   8B 64-sequence step is 91% MMQ at 272-482 GB/s: bound by instruction issue (the per-group
 //   scaling and the fragment and scale decoding are many instructions per product).
+// - Scales decoded once per step per thread (not once per group and product) and the min terms
+//   summed apart: fewer instructions, little speed (scripts/device/binary_ab.sh, two rounds:
+//   8B 64 sequences 3,460 / 3,440 -> 3,487 / 3,480 tok/s, 32-token prompts within 1-4%). So
+//   the scaling arithmetic is not what holds these kernels back; not found yet what is.
 // - Tried and dropped: 64-token tiles (dynamic shared memory, three stages, each warp 16 rows
 //   by 32 tokens) with each warp decoding its rows' scales once per step into shared memory:
 //   slower everywhere (8B 64 sequences 2,518, 0.6B 10,482; the 8B prompt step 2,199), with
@@ -71,9 +76,10 @@ __device__ __forceinline__ void copy8_async(void* dst, const void* src) {
 // depth within 48 KiB of static shared memory; and
 //   frag(row, j, t, lo, hi): the A fragment words of group j (0..7) of the step for fragment
 //   thread t (values 4t..4t+3 and 16+4t..), from the row's staged bytes;
-//   scale(row, j): (d, m) with the group's value = d * q - m (m = 0 when the type has no min).
-// Types whose two 16-value halves have their own scale (Q6_K) give SPLIT = true and
-// scale_half(row, j, h) in place of scale.
+//   scales(row, sc): each group j's (d, m) of the step, the group's value = d * q - m (m = 0
+//   when the type has no min), decoded once per step rather than per product. Types whose two
+//   16-value halves have their own scale (Q6_K) give SPLIT = true and (d of the first half, d
+//   of the second) instead.
 
 // Q8_0: d (f16) | qs[32], 34-byte blocks (only 2-byte aligned).
 struct MmqQ8_0 {
@@ -84,8 +90,9 @@ struct MmqQ8_0 {
         lo = load_u32_a2(q + 4 * t);
         hi = load_u32_a2(q + 16 + 4 * t);
     }
-    __device__ static __forceinline__ float2 scale(const u8* row, int j) {
-        return make_float2(load_half(row + 34 * j), 0.f);
+    __device__ static __forceinline__ void scales(const u8* row, float2 (&sc)[MMQ_STEP_GROUPS]) {
+#pragma unroll
+        for (int j = 0; j < MMQ_STEP_GROUPS; ++j) sc[j] = make_float2(load_half(row + 34 * j), 0.f);
     }
 };
 
@@ -101,10 +108,14 @@ struct MmqQ4_K {
         lo = (*reinterpret_cast<const u32*>(q) >> shift) & 0x0F0F0F0Fu;
         hi = (*reinterpret_cast<const u32*>(q + 16) >> shift) & 0x0F0F0F0Fu;
     }
-    __device__ static __forceinline__ float2 scale(const u8* row, int j) {
-        int scale, min;
-        scale_min_k4(row + 4, j, scale, min);
-        return make_float2(load_half(row) * (float)scale, load_half(row + 2) * (float)min);
+    __device__ static __forceinline__ void scales(const u8* row, float2 (&sc)[MMQ_STEP_GROUPS]) {
+        const float d = load_half(row), dmin = load_half(row + 2);
+#pragma unroll
+        for (int j = 0; j < MMQ_STEP_GROUPS; ++j) {
+            int scale, min;
+            scale_min_k4(row + 4, j, scale, min);
+            sc[j] = make_float2(d * (float)scale, dmin * (float)min);
+        }
     }
 };
 
@@ -127,9 +138,14 @@ struct MmqQ6_K {
         lo = values(row, j, 4 * t);
         hi = values(row, j, 16 + 4 * t);
     }
-    // d * scale of half h (0, 1) of group j.
-    __device__ static __forceinline__ float scale_half(const u8* row, int j, int h) {
-        return load_half(row + 208) * (float)reinterpret_cast<const i8*>(row + 192)[2 * j + h];
+    // d * scale of each half of each group.
+    __device__ static __forceinline__ void scales(const u8* row, float2 (&sc)[MMQ_STEP_GROUPS]) {
+        const float d = load_half(row + 208);
+        const i8* scale = reinterpret_cast<const i8*>(row + 192);
+#pragma unroll
+        for (int j = 0; j < MMQ_STEP_GROUPS; ++j) {
+            sc[j] = make_float2(d * (float)scale[2 * j], d * (float)scale[2 * j + 1]);
+        }
     }
 };
 
@@ -194,12 +210,6 @@ __device__ __forceinline__ void mmq_issue_x(MmqStage<W>& st, const i8* __restric
     }
 }
 
-// One group's contribution: w = (scale, min) of the weight group, x = (d, d * sum q).
-__device__ __forceinline__ float mmq_group(float2 w, float2 x, int sum, bool has_min) {
-    const float v = w.x * x.x * (float)sum;
-    return has_min ? v - w.y * x.y : v;
-}
-
 // The tile of rows row_block * MMQ_ROWS .. and tokens blockIdx.y * MMQ_TOKENS ..; grid: (row
 // blocks, ceil(n_tok / MMQ_TOKENS)). n_cols is a multiple of 32 (of 256 for K-quants).
 template <class W>
@@ -219,11 +229,11 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restri
     const u8* frag_rows[2] = {w + (size_t)min(row0 + wr + g, n_rows - 1) * row_bytes,
                               w + (size_t)min(row0 + wr + g + 8, n_rows - 1) * row_bytes};
 
-    float acc[2][4];
+    float acc[2][4], mins[2][4];
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
+        for (int i = 0; i < 4; ++i) acc[j][i] = mins[j][i] = 0.f;
 
     mmq_issue_w<W>(ring[0], w, row0, 0, n_rows, n_cols);
     await_previous_kernels();
@@ -251,22 +261,17 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restri
         const int groups = min(MMQ_STEP_GROUPS, n_groups - s * MMQ_STEP_GROUPS);
         const u8* rows[2] = {&st.w[wr + g][mmq_skew<W>(frag_rows[0], s)],
                              &st.w[wr + g + 8][mmq_skew<W>(frag_rows[1], s)]};
+        // The groups' scales of both fragment rows: (d, m), or d of each half.
+        float2 sc[2][MMQ_STEP_GROUPS];
+        W::scales(rows[0], sc[0]);
+        W::scales(rows[1], sc[1]);
 #pragma unroll
         for (int k = 0; k < MMQ_STEP_GROUPS; ++k) {
             if (k >= groups) break;  // the same for the whole block
             u32 a[4];
             W::frag(rows[0], k, t, a[0], a[2]);
             W::frag(rows[1], k, t, a[1], a[3]);
-            // The group's scales for both fragment rows: (d, m), or d of each half.
-            float2 dw[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                if constexpr (W::SPLIT) {
-                    dw[r] = make_float2(W::scale_half(rows[r], k, 0), W::scale_half(rows[r], k, 1));
-                } else {
-                    dw[r] = W::scale(rows[r], k);
-                }
-            }
+            const float2 dw[2] = {sc[0][k], sc[1][k]};
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int tok = wt + 8 * j;
@@ -287,11 +292,18 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restri
                 } else {
                     int c[4] = {0, 0, 0, 0};
                     mma_s8_16832(c, a, b);
-                    // As the int8 GEMVs' dots: (dw * dx) * sum, less mw * (dx * sum qx).
-                    acc[j][0] += mmq_group(dw[0], dx0, c[0], W::HAS_MIN);
-                    acc[j][1] += mmq_group(dw[0], dx1, c[1], W::HAS_MIN);
-                    acc[j][2] += mmq_group(dw[1], dx0, c[2], W::HAS_MIN);
-                    acc[j][3] += mmq_group(dw[1], dx1, c[3], W::HAS_MIN);
+                    // As the int8 GEMVs' dots: (dw * dx) * sum, less mw * (dx * sum qx), the
+                    // min terms summed apart (one FMA each, subtracted at the end).
+                    acc[j][0] += dw[0].x * dx0.x * (float)c[0];
+                    acc[j][1] += dw[0].x * dx1.x * (float)c[1];
+                    acc[j][2] += dw[1].x * dx0.x * (float)c[2];
+                    acc[j][3] += dw[1].x * dx1.x * (float)c[3];
+                    if constexpr (W::HAS_MIN) {
+                        mins[j][0] += dw[0].y * dx0.y;
+                        mins[j][1] += dw[0].y * dx1.y;
+                        mins[j][2] += dw[1].y * dx0.y;
+                        mins[j][3] += dw[1].y * dx1.y;
+                    }
                 }
             }
         }
@@ -304,7 +316,7 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restri
             const int tok = tok0 + wt + 8 * j + 2 * t + i % 2;
             if (row < n_rows && tok < n_tok) {
                 float* dst = y + (size_t)tok * n_rows + row;
-                *dst = (accumulate ? *dst : 0.f) + acc[j][i];
+                *dst = (accumulate ? *dst : 0.f) + (acc[j][i] - mins[j][i]);
             }
         }
     }

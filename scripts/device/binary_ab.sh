@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One device call: two hearth builds side by side on the steps that short batches decide (a
+# 32-token prompt, and 64 sequences decoding together with their logits brought back), in
+# alternating rounds, so that a change's effect is measured within one call.
+# Carried in .device-bin/: hearth (the change), hearth-base (before it), synth_gguf.py and
+# wheels/ (gguf, PyYAML); the models are written and quantized here.
+# Settings: MODELS (synth_gguf.py presets, default qwen3-0.6b llama-3.1-8b), QUANTS (default
+# Q8_0 Q4_K_M for the first model, Q4_K_M for the others), ROUNDS (default 2), WORK.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+bin=$PWD/.device-bin
+work=${WORK:-$(mktemp -d)}
+mkdir -p "$work"
+MODELS=${MODELS:-qwen3-0.6b llama-3.1-8b}
+ROUNDS=${ROUNDS:-2}
+status=0
+
+# shellcheck source=scripts/device/gpu_env.sh
+source scripts/device/gpu_env.sh
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
+
+first=1
+files=()
+for preset in $MODELS; do
+  quants=${QUANTS:-$([ $first = 1 ] && echo "Q8_0 Q4_K_M" || echo Q4_K_M)}
+  first=0
+  f16=$work/$preset-F16.gguf
+  for q in $quants; do
+    m=$work/$preset-$q.gguf
+    files+=("$m")
+    [ -s "$m" ] && continue
+    [ -s "$f16" ] || python3 "$bin/synth_gguf.py" "$preset" "$f16" >/dev/null 2>&1 || status=1
+    "$bin/hearth" quantize "$f16" "$m" "$q" >/dev/null 2>&1 || status=1
+  done
+  rm -f "$f16"
+done
+
+run() { # binary, model, flags
+  timeout 300 "$bin/$1" bench "$2" --device cuda "${@:3}" 2>&1 | grep -E '^(pp|tg)[0-9]' |
+    tr -s ' ' | tr '\n' ' '
+}
+for round in $(seq "$ROUNDS"); do
+  for m in "${files[@]}"; do
+    for b in hearth-base hearth; do
+      echo "round $round $(basename "$m" .gguf) $b"
+      echo "  32-token prompt: $(run "$b" "$m" -p 32 -n 0 -r 10)"
+      echo "  64 streams:      $(run "$b" "$m" -p 128 -n 128 -r 1 --parallel 64)"
+    done
+  done
+done
+echo "== exit status $status"
+exit $status
