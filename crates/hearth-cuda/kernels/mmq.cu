@@ -31,6 +31,13 @@
 //   summed apart: fewer instructions, little speed (scripts/device/binary_ab.sh, two rounds:
 //   8B 64 sequences 3,460 / 3,440 -> 3,487 / 3,480 tok/s, 32-token prompts within 1-4%). So
 //   the scaling arithmetic is not what holds these kernels back; not found yet what is.
+// - Under Nsight Compute (8B, 64 sequences, one 256-block launch of mmq_q4_k): 128 registers
+//   a thread, 7.7 warps active per multiprocessor of 16 possible, issue slots 35% busy, no
+//   warp eligible 61% of cycles: too few warps to hide the latencies.
+// - Tried and dropped: eight warps a block, each pair splitting a step's groups (more warps per
+//   tile, sums added at the end): Q4_K slower (8B 64 sequences 3,464 / 3,474 -> 2,960 / 2,966,
+//   8B 32-token prompt 2,858 -> 2,528-2,553, 0.6B Q4_K_M 64 sequences 14,310 -> 13,272), Q8_0
+//   within 3%.
 // - Tried and dropped: 64-token tiles (dynamic shared memory, three stages, each warp 16 rows
 //   by 32 tokens) with each warp decoding its rows' scales once per step into shared memory:
 //   slower everywhere (8B 64 sequences 2,518, 0.6B 10,482; the 8B prompt step 2,199), with
