@@ -6,7 +6,8 @@
 // y[t][r] (+)= sum over 32-value groups g of dw[r][g] * dx[t][g] * sum_k qw[r][32g+k] qx[t][32g+k]
 //
 // with the activations as quantize_q8_1 writes them (gemv_q8a.cu): the same 8-bit products as
-// the int8 GEMVs, summed per (row, token) over the groups in ascending order.
+// the int8 GEMVs, summed per (row, token) over the groups in ascending order (for types with
+// a min, the min terms in a sum of their own, subtracted at the end).
 //
 // A block of MMQ_THREADS computes a tile of MMQ_ROWS weight rows by MMQ_TOKENS tokens, in
 // steps of 256 values (one K-quant block, eight Q8_0 blocks). Each step's weights go to shared
@@ -25,8 +26,7 @@
 // - This ring: 10,389 tok/s for the 32-token prompt (cuBLAS 4,958), Llama-3.1-8B 2,520
 //   (cuBLAS 1,889); 64-sequence decode even with cuBLAS (8B 3,171 vs 3,121, 0.6B 12,300 vs
 //   12,514); a 512-token prompt far behind it (8B 5,035 vs 19,473). Under Nsight Compute the
-//   8B 64-sequence step is 91% MMQ at 272-482 GB/s: bound by instruction issue (the per-group
-//   scaling and the fragment and scale decoding are many instructions per product).
+//   8B 64-sequence step is 91% MMQ, at 272-482 GB/s.
 // - Scales decoded once per step per thread (not once per group and product) and the min terms
 //   summed apart: fewer instructions, little speed (scripts/device/binary_ab.sh, two rounds:
 //   8B 64 sequences 3,460 / 3,440 -> 3,487 / 3,480 tok/s, 32-token prompts within 1-4%). So
