@@ -1,7 +1,8 @@
 //! The tensor-core matmul of quantized weights and int8 activations (kernels/mmq.cu), which
-//! takes batches of 5 to 64 tokens: tiles cut by the ends of rows, tokens and groups, stored and
-//! accumulated, against the int8 GEMV on one token at a time (same products, another summation
-//! order) and against the CPU backend. Without a usable GPU the test prints "skipped: <reason>".
+//! takes batches of 5 to 64 tokens (128 for small matrices): tiles cut by the ends of rows,
+//! tokens and groups, stored and accumulated, against the int8 GEMV on one token at a time (same
+//! products, another summation order) and against the CPU backend. Without a usable GPU the
+//! test prints "skipped: <reason>".
 
 mod common;
 
@@ -64,8 +65,9 @@ fn mmq_matches_the_gemv_and_the_cpu() {
         let host = random_host_weight(ty, rows, cols, &mut rng);
         let w_gpu = gpu.load_weight(host.clone()).expect("load");
         let w_cpu = cpu.load_weight(host).expect("load");
-        // 5 to 64 tokens take MMQ (see backend/mmq.rs); 33 and 48 end inside a token tile.
-        for tokens in [5, 17, 32, 33, 48, 64] {
+        // 5 to 128 tokens take MMQ for matrices this small (see backend/mmq.rs); 33, 48 and 97
+        // end inside a token tile.
+        for tokens in [5, 17, 32, 33, 48, 64, 97, 128] {
             let x: Vec<f32> = (0..tokens * cols)
                 .map(|_| rng.gen_range(-2.0..2.0))
                 .collect();

@@ -15,31 +15,46 @@ const MMQ_ROWS: usize = 32;
 const MMQ_TOKENS: usize = 32;
 const MMQ_THREADS: u32 = 128;
 
-/// Up to this many tokens a matmul with an MMQ kernel takes it instead of dequantizing the
-/// weights to f16 for cuBLAS. `HEARTH_CUDA_MMQ_MAX_TOKENS` overrides it (0: never), so that
-/// the crossover can be measured on other GPUs.
+/// Up to how many tokens a matmul with an MMQ kernel takes it instead of dequantizing the
+/// weights to f16 for cuBLAS: `HEARTH_CUDA_MMQ_MAX_TOKENS` for every matrix (0: never), so
+/// that the crossover can be measured on other GPUs; by default [`MMQ_MAX_TOKENS`], and
+/// [`MMQ_MAX_TOKENS_SMALL`] for matrices of at most [`MMQ_SMALL_MATRIX`] values.
 ///
-/// NOTE (H100, 2026-11-25, one call, kernels/mmq.cu's ring of copies): a 32-token prompt step
-/// gained (Qwen3-0.6B Q8_0 10,389 vs 4,958 tok/s, Llama-3.1-8B Q4_K_M 2,520 vs 1,889),
+/// NOTE (H100, 2026-11-25, kernels/mmq.cu's ring of copies): a 32-token prompt step gained
+/// (Qwen3-0.6B Q8_0 10,389 vs 4,958 tok/s, Llama-3.1-8B Q4_K_M 2,520 vs 1,889; one call),
 /// 64-sequence decode was even (0.6B Q8_0 12,300 vs 12,514, 8B 3,171 vs 3,121), a 512-token
-/// prompt lost by far (8B 5,035 vs 19,473). Where the crossover lies between 64 and 512 was
-/// not measured. With q, k, v and gate, up each in one launch (`launch_mmq_segments`), the
-/// 0.6B Q8_0 32-token prompt ran at 13,291 tok/s against 8,807 through cuBLAS (another call).
-fn mmq_max_tokens() -> usize {
-    static MAX: OnceLock<usize> = OnceLock::new();
+/// prompt lost by far (8B 5,035 vs 19,473). With q, k, v and gate, up each in one launch
+/// (`launch_mmq_segments`), the 0.6B Q8_0 32-token prompt ran at 13,291 tok/s against 8,807
+/// through cuBLAS (another call). By prompt length (scripts/device/mmq_crossover.sh, MMQ vs
+/// cuBLAS, tok/s): 0.6B Q8_0 pp128 38,236 vs 35,164, pp192 45,738 vs 48,871; 0.6B Q4_K_M pp128
+/// 33,100 vs 29,009, pp192 38,616 vs 44,676; 8B Q4_K_M pp64 3,963 vs 3,730, pp96 4,445 vs
+/// 5,450. The 0.6B matrices hold up to 3.1M values, the 8B ones from 4.2M.
+fn mmq_max_tokens(w: &CudaWeight) -> usize {
+    mmq_max_tokens_set().unwrap_or(if w.rows * w.cols <= MMQ_SMALL_MATRIX {
+        MMQ_MAX_TOKENS_SMALL
+    } else {
+        MMQ_MAX_TOKENS
+    })
+}
+const MMQ_MAX_TOKENS: usize = 64;
+const MMQ_MAX_TOKENS_SMALL: usize = 128;
+const MMQ_SMALL_MATRIX: usize = 4 << 20;
+
+/// Whether the projections of `n` token rows may read them as 8-bit activations (the GEMVs'
+/// or MMQ's), so that their producers should quantize them on the way: a wasted copy only
+/// when the weights turn out to have neither kernel (or, from 65 tokens, are large).
+pub(super) fn takes_int8_activations(n: usize) -> bool {
+    n <= GEMV_MAX_TOKENS || n <= mmq_max_tokens_set().unwrap_or(MMQ_MAX_TOKENS_SMALL)
+}
+
+/// `HEARTH_CUDA_MMQ_MAX_TOKENS`, read once.
+fn mmq_max_tokens_set() -> Option<usize> {
+    static MAX: OnceLock<Option<usize>> = OnceLock::new();
     *MAX.get_or_init(|| {
         std::env::var("HEARTH_CUDA_MMQ_MAX_TOKENS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(64)
     })
-}
-
-/// Whether the projections of `n` token rows may read them as 8-bit activations (the GEMVs'
-/// or MMQ's), so that their producers should quantize them on the way: a wasted copy only
-/// when the weights turn out to have neither kernel.
-pub(super) fn takes_int8_activations(n: usize) -> bool {
-    n <= GEMV_MAX_TOKENS || n <= mmq_max_tokens()
 }
 
 /// A weight type's MMQ kernels: of one matrix, and of up to three sharing the activations.
@@ -51,7 +66,7 @@ pub(super) struct MmqKernel {
 
 /// The MMQ kernels for `n` tokens times weight `w`, if they take them.
 pub(super) fn mmq_kernel(w: &CudaWeight, n: usize) -> Option<MmqKernel> {
-    if w.mlx.is_some() || !w.cols.is_multiple_of(32) || n > mmq_max_tokens() {
+    if w.mlx.is_some() || !w.cols.is_multiple_of(32) || n > mmq_max_tokens(w) {
         return None;
     }
     let (one, three) = match w.ty {
