@@ -187,7 +187,7 @@ __device__ __forceinline__ void mmq_issue_w(MmqStage<W>& st, const u8* __restric
         const int r = i / w_vecs, v = i % w_vecs;
         const u8* row = w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
         const u8* start = row + (size_t)s * (MMQ_STEP / W::QK) * W::BYTES;
-        const int skew = (int)(reinterpret_cast<size_t>(start) & 15);
+        const int skew = mmq_skew<W>(row, s);
         if (v * 16 < skew + step_bytes) {
             copy16_async(reinterpret_cast<uint4*>(&st.w[r][16 * v]),
                          reinterpret_cast<const uint4*>(start - skew) + v);

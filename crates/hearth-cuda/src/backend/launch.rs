@@ -5,7 +5,6 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use hearth_quant::GgmlType;
 
 use super::dependent_launch;
-use super::mmq::{mmq_kernel, mmq_kernel_all};
 use super::state::{Halved, Mode, Quantized, State};
 use super::{CudaBackend, CudaTensor, CudaWeight};
 use crate::error::driver;
@@ -246,11 +245,7 @@ impl CudaBackend {
             }
             return self.launch_mlx_gemv(st, w, m, x, out, accumulate);
         }
-        let mma = self.dev.info().has_mma();
-        if let Some(kernel) = (n > GEMV_MAX_TOKENS && mma)
-            .then(|| mmq_kernel(w, n))
-            .flatten()
-        {
+        if let Some(kernel) = self.mmq_for(&[w], n) {
             return self.launch_mmq(st, kernel, w, x, out, accumulate);
         }
         // The GEMM path dequantizes whole 32-value groups (kernels/dequant.cu).
@@ -326,11 +321,7 @@ impl CudaBackend {
         x: &CudaTensor,
         out: [&CudaTensor; 3],
     ) -> Result<bool, CudaError> {
-        let mma = self.dev.info().has_mma();
-        if let Some(kernel) = (x.rows > GEMV_MAX_TOKENS && mma)
-            .then(|| mmq_kernel_all(&w, x.rows))
-            .flatten()
-        {
+        if let Some(kernel) = self.mmq_for(&w, x.rows) {
             self.launch_mmq_segments(st, kernel, &w, x, &out)?;
             return Ok(true);
         }

@@ -65,7 +65,7 @@ pub(super) struct MmqKernel {
 }
 
 /// The MMQ kernels for `n` tokens times weight `w`, if they take them.
-pub(super) fn mmq_kernel(w: &CudaWeight, n: usize) -> Option<MmqKernel> {
+fn mmq_kernel(w: &CudaWeight, n: usize) -> Option<MmqKernel> {
     if w.mlx.is_some() || !w.cols.is_multiple_of(32) || n > mmq_max_tokens(w) {
         return None;
     }
@@ -78,19 +78,24 @@ pub(super) fn mmq_kernel(w: &CudaWeight, n: usize) -> Option<MmqKernel> {
     Some(MmqKernel { one, three })
 }
 
-/// The kernels that take all of `ws` (same type and columns) for `n` tokens, if any.
-pub(super) fn mmq_kernel_all(ws: &[&CudaWeight], n: usize) -> Option<MmqKernel> {
-    let first = ws.first()?;
-    let kernel = mmq_kernel(first, n)?;
-    ws.iter()
-        .all(|w| w.cols == first.cols && mmq_kernel(w, n) == Some(kernel))
-        .then_some(kernel)
-}
-
 impl CudaBackend {
+    /// The MMQ kernels that take all of `ws` (same type and columns) times `n` tokens on this
+    /// device, if any: batches past the GEMVs' ([`GEMV_MAX_TOKENS`]), on GPUs with int8 tensor
+    /// cores.
+    pub(super) fn mmq_for(&self, ws: &[&CudaWeight], n: usize) -> Option<MmqKernel> {
+        if n <= GEMV_MAX_TOKENS || !self.dev.info().has_mma() {
+            return None;
+        }
+        let first = ws.first()?;
+        let kernel = mmq_kernel(first, n)?;
+        ws.iter()
+            .all(|w| w.cols == first.cols && mmq_kernel(w, n) == Some(kernel))
+            .then_some(kernel)
+    }
+
     /// `out (+)= W · x` for every token of `x`, the activations quantized to 8 bits first (or
     /// their copy kept from an earlier projection of the same rows).
-    /// `kernel` is the weight's from [`mmq_kernel`].
+    /// `kernel` is the weight's from [`Self::mmq_for`].
     pub(super) fn launch_mmq(
         &self,
         st: &mut State,
@@ -119,7 +124,7 @@ impl CudaBackend {
     }
 
     /// `outs[i] = ws[i] · x` for two or three weights in one launch (q, k and v; gate and up),
-    /// `kernel` from [`mmq_kernel_all`] of them.
+    /// `kernel` from [`Self::mmq_for`] of them.
     pub(super) fn launch_mmq_segments(
         &self,
         st: &mut State,

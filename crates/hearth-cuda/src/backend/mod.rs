@@ -450,11 +450,7 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let u = self.tensor(&mut st, out.rows, out.cols)?;
-        let mma = self.dev.info().has_mma();
-        match (x.rows > launch::GEMV_MAX_TOKENS && mma)
-            .then(|| mmq::mmq_kernel_all(&[gate, up], x.rows))
-            .flatten()
-        {
+        match self.mmq_for(&[gate, up], x.rows) {
             // Both in one launch: each alone leaves multiprocessors idle on small models.
             Some(kernel) => {
                 self.launch_mmq_segments(&mut st, kernel, &[gate, up], x, &[out, &u])?
