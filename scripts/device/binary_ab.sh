@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# One device call: two hearth builds side by side on the steps that short batches decide (a
-# 32-token prompt, and 64 sequences decoding together with their logits brought back), in
-# alternating rounds, so that a change's effect is measured within one call.
+# One device call: two hearth builds side by side, in alternating rounds, so that a change's
+# effect is measured within one call. TESTS picks the steps (default "pp32 par64"):
+#   pp32       a 32-token prompt
+#   par64      64 sequences decoding together, their logits brought back
+#   tg         one sequence decoding 128 tokens, its logits brought back (llama-bench's tg128)
+#   tg-greedy  the same with the argmax on the GPU
 # Carried in .device-bin/: hearth (the change), hearth-base (before it), synth_gguf.py and
 # wheels/ (gguf, PyYAML); the models are written and quantized here.
 # Settings: MODELS (synth_gguf.py presets, default qwen3-0.6b llama-3.1-8b), QUANTS (default
-# Q8_0 Q4_K_M for the first model, Q4_K_M for the others), ROUNDS (default 2), WORK.
+# Q8_0 Q4_K_M for the first model, Q4_K_M for the others), ROUNDS (default 2), TESTS, WORK,
+# BINARIES (default "hearth-base hearth": executables in .device-bin/, wrapper scripts that set
+# an environment variable included).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 bin=$PWD/.device-bin
@@ -13,6 +18,8 @@ work=${WORK:-$(mktemp -d)}
 mkdir -p "$work"
 MODELS=${MODELS:-qwen3-0.6b llama-3.1-8b}
 ROUNDS=${ROUNDS:-2}
+TESTS=${TESTS:-pp32 par64}
+BINARIES=${BINARIES:-hearth-base hearth}
 status=0
 
 # shellcheck source=scripts/device/gpu_env.sh
@@ -41,10 +48,17 @@ run() { # binary, model, flags
 }
 for round in $(seq "$ROUNDS"); do
   for m in "${files[@]}"; do
-    for b in hearth-base hearth; do
+    for b in $BINARIES; do
       echo "round $round $(basename "$m" .gguf) $b"
-      echo "  32-token prompt: $(run "$b" "$m" -p 32 -n 0 -r 10)"
-      echo "  64 streams:      $(run "$b" "$m" -p 128 -n 128 -r 1 --parallel 64)"
+      for t in $TESTS; do
+        case $t in
+          pp32) echo "  32-token prompt: $(run "$b" "$m" -p 32 -n 0 -r 10)" ;;
+          par64) echo "  64 streams:      $(run "$b" "$m" -p 128 -n 128 -r 1 --parallel 64)" ;;
+          tg) echo "  tg128:           $(run "$b" "$m" -p 0 -n 128 -r 5)" ;;
+          tg-greedy) echo "  tg128 greedy:    $(run "$b" "$m" -p 0 -n 128 -r 5 --greedy)" ;;
+          *) echo "  unknown test $t" && status=1 ;;
+        esac
+      done
     done
   done
 done
