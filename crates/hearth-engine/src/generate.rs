@@ -64,8 +64,9 @@ enum Path {
 impl Path {
     fn of(sampler: &Sampler) -> Path {
         // NOTE: greedy decoding without penalties takes each token's argmax from the device
-        // (one word per step instead of the logits); sampling with a small top-k and no
-        // penalties takes the k best candidates. The sampler picks the same token either way.
+        // (one word per step instead of the logits); sampling with a small top-k, and greedy
+        // decoding with penalties that only lower logits, take the best candidates
+        // (`Sampler::best_needed`). The sampler picks the same token either way.
         if sampler.is_argmax() {
             return Path::Argmax;
         }
@@ -111,7 +112,7 @@ impl Engine {
         while report.n_generated < max_tokens {
             let token = match &next {
                 Next::Token(t) => *t,
-                Next::Best(best) => sampler.sample_best(best),
+                Next::Best(best) => sampler.sample_best(best, seq.tokens()),
                 Next::Logits(logits) => sampler.sample(logits, seq.tokens()),
             };
             report.n_generated += 1;

@@ -86,8 +86,9 @@ impl Engine {
         self.run_plan_with(plan, Want::Argmax)
     }
 
-    /// [`Engine::run_plan`] where every sampling sequence draws with a top-k stage of at most
-    /// `k` and no penalties (or greedily): returns each one's `k` best candidates, best first
+    /// [`Engine::run_plan`] where every sampling sequence's sampler needs at most `k` of a
+    /// row's best candidates (`Sampler::best_needed`: a top-k stage or greedy, with room for
+    /// penalties that only lower logits): returns each one's `k` best candidates, best first
     /// (`hearth_sampler::best_of_rows`'s order; every token when the vocabulary has fewer),
     /// selected on the device, instead of its logits. `Sampler::sample_best` draws from them
     /// what `Sampler::sample` would from the logits.

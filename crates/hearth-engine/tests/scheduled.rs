@@ -87,7 +87,7 @@ fn scheduled(
                     NextToken::Picked(t) => t,
                     NextToken::Best(best) => {
                         assert_eq!(best.len(), 40, "request {id}: candidates per row");
-                        greedy.sample_best(best)
+                        greedy.sample_best(best, &[])
                     }
                 };
                 (id, t, engine.tokenizer.is_eog(t))
@@ -149,11 +149,24 @@ fn check(
 }
 
 /// Request `id`'s sampling settings: the defaults (top-k 40), a small top-k, the largest top-k
-/// the device selects, and greedy; so a step's `k`, the largest its requests need, is often
-/// more than some of them need.
+/// the device selects, greedy, Ollama's defaults (top-k 40 with a repeat penalty of 1.1 over
+/// the last 64 tokens: 104 candidates) and greedy with frequency and presence penalties; so a
+/// step's `k`, the largest its requests need, is often more than some of them need.
 fn sampling_params(id: RequestId) -> SamplingParams {
     let seed = Some(1000 + id);
-    match id % 4 {
+    match id % 6 {
+        4 => SamplingParams {
+            repeat_penalty: 1.1,
+            seed,
+            ..SamplingParams::default()
+        },
+        5 => SamplingParams {
+            frequency_penalty: 0.5,
+            presence_penalty: 0.3,
+            repeat_last_n: 16,
+            seed,
+            ..SamplingParams::greedy()
+        },
         0 => SamplingParams {
             seed,
             ..SamplingParams::default()
@@ -242,9 +255,10 @@ fn check_best_against_logits(model: &str, n_requests: usize, config: SchedulerCo
                 "{model}: request {id}, step {n_steps}, top {k}"
             );
             let [whole, cands] = &mut samplers[id as usize];
-            let t = whole.sample(row, scheds[0].tokens(id).expect("running"));
+            let history = scheds[0].tokens(id).expect("running");
+            let t = whole.sample(row, history);
             assert_eq!(
-                cands.sample_best(best),
+                cands.sample_best(best, history),
                 t,
                 "{model}: request {id}, step {n_steps}: the two draws differ"
             );

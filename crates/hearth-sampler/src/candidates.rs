@@ -112,6 +112,19 @@ impl Candidates {
         self.n_sorted = best.len();
     }
 
+    /// Refills with candidates in any order.
+    pub fn fill_unsorted(&mut self, items: &[Candidate]) {
+        self.items.clear();
+        self.items.extend_from_slice(items);
+        self.n_sorted = 0;
+    }
+
+    /// Puts the candidates in id order, as [`Self::fill`] holds a whole row.
+    pub fn sort_by_id(&mut self) {
+        self.items.sort_unstable_by_key(|c| c.id);
+        self.n_sorted = 0;
+    }
+
     /// Keeps the `k` best items (unordered) and returns the k-th best logit, or -inf
     /// while fewer than `k` items are held.
     fn compact(&mut self, k: usize) -> f32 {

@@ -3,7 +3,7 @@
 //! Semantics follow llama.cpp's samplers of the same names; each takes the candidates as
 //! the previous stage left them.
 
-use crate::candidates::Candidates;
+use crate::candidates::{Candidate, Candidates};
 use crate::params::SamplingParams;
 
 /// Candidates looked at per round by [`top_p`] before it sorts further.
@@ -23,25 +23,55 @@ pub fn apply_penalties(logits: &mut [f32], history: &[u32], params: &SamplingPar
     if !penalties_enabled(params) {
         return;
     }
-    let (repeat, freq, presence) = (
-        params.repeat_penalty,
-        params.frequency_penalty,
-        params.presence_penalty,
-    );
+    for (id, count) in window_counts(history, params) {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = penalized(*l, count, params);
+        }
+    }
+}
+
+/// [`apply_penalties`] on candidates of a row instead of the row: the same operations on the
+/// logits of the candidates the window holds. Their order is no longer sorted.
+pub fn penalize_candidates(cands: &mut [Candidate], history: &[u32], params: &SamplingParams) {
+    if !penalties_enabled(params) {
+        return;
+    }
+    for (id, count) in window_counts(history, params) {
+        if let Some(c) = cands.iter_mut().find(|c| c.id == id) {
+            c.logit = penalized(c.logit, count, params);
+        }
+    }
+}
+
+/// The distinct tokens of the penalty window (the last `repeat_last_n` of `history`), each
+/// with its count, by id.
+fn window_counts(history: &[u32], params: &SamplingParams) -> Vec<(u32, usize)> {
     let start = history.len().saturating_sub(params.repeat_last_n);
     let mut window = history[start..].to_vec();
     window.sort_unstable();
-    for run in window.chunk_by(|a, b| a == b) {
-        let Some(l) = logits.get_mut(run[0] as usize) else {
-            continue;
-        };
-        if *l <= 0.0 {
-            *l *= repeat;
-        } else {
-            *l /= repeat;
-        }
-        *l -= run.len() as f32 * freq + presence;
+    window
+        .chunk_by(|a, b| a == b)
+        .map(|run| (run[0], run.len()))
+        .collect()
+}
+
+/// One logit after the penalties of a token seen `count` times in the window.
+fn penalized(mut l: f32, count: usize, params: &SamplingParams) -> f32 {
+    if l <= 0.0 {
+        l *= params.repeat_penalty;
+    } else {
+        l /= params.repeat_penalty;
     }
+    l - (count as f32 * params.frequency_penalty + params.presence_penalty)
+}
+
+/// Whether the penalties can only lower a logit (or leave it): a repeat penalty of at least 1
+/// (dividing a positive logit, multiplying a negative one), frequency and presence penalties
+/// of at least 0 (subtracted).
+pub fn penalties_only_lower(params: &SamplingParams) -> bool {
+    params.repeat_penalty >= 1.0
+        && params.frequency_penalty >= 0.0
+        && params.presence_penalty >= 0.0
 }
 
 /// Whether [`apply_penalties`] changes anything with these parameters.

@@ -6,7 +6,10 @@ use rand_chacha::ChaCha8Rng;
 use crate::candidates::{Candidate, Candidates};
 use crate::math::argmax;
 use crate::params::{SamplerError, SamplingParams};
-use crate::processors::{apply_penalties, apply_temperature, min_p, penalties_enabled, top_p};
+use crate::processors::{
+    apply_penalties, apply_temperature, min_p, penalize_candidates, penalties_enabled,
+    penalties_only_lower, top_k, top_p,
+};
 
 /// One sequence's sampler: the parameters, a seeded RNG and reusable scratch.
 ///
@@ -21,6 +24,8 @@ pub struct Sampler {
     cands: Candidates,
     /// [n_vocab] penalized copy of the logits, reused across calls (penalties only).
     penalized: Vec<f32>,
+    /// Penalized copy of a row's best candidates (`sample_best` with penalties).
+    penalized_best: Vec<Candidate>,
 }
 
 impl Sampler {
@@ -34,6 +39,7 @@ impl Sampler {
             rng: ChaCha8Rng::seed_from_u64(seed),
             cands: Candidates::new(),
             penalized: Vec::new(),
+            penalized_best: Vec::new(),
         })
     }
 
@@ -56,39 +62,62 @@ impl Sampler {
 
     /// How many of a row's best candidates [`Self::sample_best`] needs to pick exactly what
     /// [`Self::sample`] would from the whole row: 1 when greedy, `top_k` when sampling
-    /// with a top-k stage and no penalties (every later stage sees only those). `None` when the
-    /// pick depends on the whole row: penalties change logits across the vocabulary, and
-    /// without top-k so do top-p and min-p. A device then selects the candidates and copies
-    /// back `k` per sequence instead of the row.
+    /// with a top-k stage (every later stage sees only those). Penalties that can only lower
+    /// logits (repeat penalty at least 1, frequency and presence penalties at least 0) add
+    /// `repeat_last_n`: they move at most that many tokens, and only down, so the best of the
+    /// penalized row are among that many more of the raw row's best. `None` when the pick
+    /// depends on the whole row: penalties that raise logits, and sampling without top-k (top-p
+    /// and min-p then see every token). A device then selects the candidates and copies back
+    /// this many per sequence instead of the row.
     pub fn best_needed(&self) -> Option<usize> {
         let p = &self.params;
-        if penalties_enabled(p) {
-            None
-        } else if p.temperature == 0.0 {
-            Some(1)
+        let k = if p.temperature == 0.0 {
+            1
+        } else if p.top_k > 0 {
+            p.top_k
         } else {
-            (p.top_k > 0).then_some(p.top_k)
+            return None;
+        };
+        if !penalties_enabled(p) {
+            return Some(k);
         }
+        penalties_only_lower(p).then(|| k.saturating_add(p.repeat_last_n))
     }
 
     /// As [`Self::sample`], from the row's best candidates, sorted best first as
     /// [`crate::best_of_rows`] gives them, at least [`Self::best_needed`] of them (or the whole
-    /// vocabulary, when smaller); later ones are ignored. Callers check `best_needed` first:
-    /// the penalties are not applied here.
+    /// vocabulary, when smaller); later ones are ignored. `history` as for `sample`: the
+    /// penalties are applied to the candidates. Callers check `best_needed` first.
     ///
-    /// NOTE: when greedy this is `best[0]`, which is `argmax` of the row except in a row whose
-    /// largest value is -inf or NaN (there NaN counts as -inf, where `argmax` never picks it).
-    pub fn sample_best(&mut self, best: &[Candidate]) -> u32 {
+    /// NOTE: when greedy this is the best candidate, which is `argmax` of the row except in a
+    /// row whose largest value is -inf or NaN (there NaN counts as -inf, where `argmax` never
+    /// picks it).
+    pub fn sample_best(&mut self, best: &[Candidate], history: &[u32]) -> u32 {
         let Self {
             params: p,
             rng,
             cands,
+            penalized_best,
             ..
         } = self;
-        if p.temperature == 0.0 {
-            return best.first().map_or(0, |c| c.id);
+        let k = if p.temperature == 0.0 { 1 } else { p.top_k };
+        if penalties_enabled(p) {
+            penalized_best.clear();
+            penalized_best.extend_from_slice(best);
+            penalize_candidates(penalized_best, history, p);
+            cands.fill_unsorted(penalized_best);
+            if k >= cands.len() {
+                // The whole vocabulary (a row no longer than `best_needed`): in id order, as
+                // `sample` holds it when its top-k stage keeps everything.
+                cands.sort_by_id();
+            }
+            top_k(cands, k);
+        } else {
+            cands.fill_sorted(&best[..k.min(best.len())]);
         }
-        cands.fill_sorted(&best[..p.top_k.min(best.len())]);
+        if p.temperature == 0.0 {
+            return cands.as_slice().first().map_or(0, |c| c.id);
+        }
         top_p(cands, p.top_p);
         min_p(cands, p.min_p);
         apply_temperature(cands, p.temperature);

@@ -35,6 +35,10 @@ pub struct BenchArgs {
     /// the 40 best candidates the device selects, not from the logits
     #[arg(long)]
     sample: bool,
+    /// With --sample: also a repeat penalty over each sequence's last 64 tokens, as Ollama
+    /// requests have by default (1.1)
+    #[arg(long, requires = "sample")]
+    repeat_penalty: Option<f32>,
     #[command(flatten)]
     load: LoadArgs,
     /// One JSON object on standard output instead of a table
@@ -54,6 +58,7 @@ struct BenchReport {
     tg_parallel: usize,
     tg_greedy: bool,
     tg_sample: bool,
+    tg_repeat_penalty: Option<f32>,
     tg_tok_s: Stat,
     peak_rss_mib: f64,
 }
@@ -153,6 +158,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         tg_parallel: a.parallel,
         tg_greedy: a.greedy,
         tg_sample: a.sample,
+        tg_repeat_penalty: a.repeat_penalty,
         tg_tok_s: Stat::of(&tg),
         peak_rss_mib: peak_rss_mib(),
     };
@@ -176,6 +182,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         if report.tg_sample {
             label.push_str(" sampled");
         }
+        if let Some(r) = report.tg_repeat_penalty {
+            label.push_str(&format!(" repeat penalty {r}"));
+        }
         println!(
             "{label:<9}  {:.1} ± {:.1} tok/s",
             report.tg_tok_s.mean, report.tg_tok_s.stddev
@@ -186,22 +195,23 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
 }
 
 /// What a generation step does after the forward pass.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq)]
 enum Decode {
     /// Brings the logits back, as llama-bench does.
     Logits,
     /// Brings back the argmax found on the device.
     Greedy,
-    /// Draws with the default sampling settings, from each row's best candidates when the
-    /// top-k is small enough to select on the device, else from the logits.
-    Sample,
+    /// Draws with the default sampling settings and this repeat penalty, from each row's best
+    /// candidates when the sampler needs few enough to select on the device, else from the
+    /// logits.
+    Sample(f32),
 }
 
 impl Decode {
     fn of(a: &BenchArgs) -> Decode {
         match (a.greedy, a.sample) {
             (true, _) => Decode::Greedy,
-            (_, true) => Decode::Sample,
+            (_, true) => Decode::Sample(a.repeat_penalty.unwrap_or(1.0)),
             _ => Decode::Logits,
         }
     }
@@ -219,8 +229,13 @@ fn generation_test(
     let n_vocab = engine.n_vocab();
     let tokens = bench_tokens(n_gen + parallel, n_vocab);
     let mut seqs: Vec<Sequence> = (0..parallel).map(|_| Sequence::new()).collect();
+    let repeat_penalty = match decode {
+        Decode::Sample(r) => r,
+        Decode::Logits | Decode::Greedy => 1.0,
+    };
     let params = SamplingParams {
         seed: Some(0),
+        repeat_penalty,
         ..SamplingParams::default()
     };
     let mut samplers = (0..parallel)
@@ -252,13 +267,14 @@ fn generation_test(
             Decode::Logits => {
                 engine.step_batch_logits(&mut work)?;
             }
-            Decode::Sample => match best {
+            Decode::Sample(_) => match best {
                 Some(k) => {
                     let cands = engine.step_batch_best(&mut work, k)?;
                     // NOTE: fewer than `k` per row come back for a smaller vocabulary.
                     let per_row = (cands.len() / parallel).max(1);
-                    for (s, row) in samplers.iter_mut().zip(cands.chunks(per_row)) {
-                        s.sample_best(row);
+                    for ((s, row), seq) in samplers.iter_mut().zip(cands.chunks(per_row)).zip(&seqs)
+                    {
+                        s.sample_best(row, seq.tokens());
                     }
                 }
                 None => {

@@ -305,18 +305,78 @@ fn drawing_from_the_best_candidates_equals_drawing_from_the_row() {
             crate::best_of_rows(row, row.len(), needed.max(40), &mut cands);
             for step in 0..30 {
                 assert_eq!(
-                    best.sample_best(&cands),
+                    best.sample_best(&cands, &[]),
                     whole.sample(row, &[]),
                     "row {i}, temperature {t}, top_k {k}, step {step}"
                 );
             }
         }
     }
-    let penalized = SamplingParams {
-        repeat_penalty: 1.1,
-        ..SamplingParams::default()
-    };
-    assert_eq!(Sampler::new(penalized).unwrap().best_needed(), None);
     let no_top_k = params(0.8, 0, 0.9, 0.05);
     assert_eq!(Sampler::new(no_top_k).unwrap().best_needed(), None);
+}
+
+#[test]
+fn penalties_that_only_lower_logits_draw_from_candidates_as_from_the_row() {
+    // (temperature, top_k, repeat penalty, frequency, presence, window): Ollama's defaults,
+    // greedy, penalties through a short window, a row of 5,000 with the device's largest k.
+    let settings = [
+        (0.8, 40, 1.1, 0.0, 0.0, 64),
+        (0.0, 40, 1.3, 0.0, 0.0, 64),
+        (1.0, 5, 1.0, 0.7, 0.4, 8),
+        (0.7, 40, 2.0, 0.1, 0.0, 88),
+        (0.0, 1, 1.0, 0.0, 5.0, 20),
+    ];
+    for (i, &(t, k, repeat, freq, presence, window)) in settings.iter().enumerate() {
+        let mut row = logits(5000, 300 + i as u64);
+        row[11] = f32::NAN;
+        row[12] = 0.0;
+        row[13] = -0.0;
+        let mut p = params(t, k, 0.9, 0.05);
+        p.repeat_penalty = repeat;
+        p.frequency_penalty = freq;
+        p.presence_penalty = presence;
+        p.repeat_last_n = window;
+        p.seed = Some(i as u64);
+        let mut whole = Sampler::new(p.clone()).expect("valid");
+        let mut best = Sampler::new(p).expect("valid");
+        let needed = best.best_needed().expect("penalties that only lower");
+        assert_eq!(needed, if t == 0.0 { 1 } else { k } + window);
+        // A history that repeats the row's best tokens (so that the penalties reorder them),
+        // plus tokens past the vocabulary and the NaN and zero logits.
+        let mut order: Vec<u32> = (0..row.len() as u32).collect();
+        order.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]));
+        let mut history: Vec<u32> = vec![11, 12, 13, 9_999_999];
+        let mut cands = Vec::new();
+        crate::best_of_rows(&row, row.len(), needed, &mut cands);
+        let mut n_off_best = 0;
+        for step in 0..60 {
+            history.push(order[step % 7]);
+            history.push(order[(3 * step) % 50]);
+            let a = best.sample_best(&cands, &history);
+            let b = whole.sample(&row, &history);
+            assert_eq!(a, b, "setting {i}, step {step}");
+            n_off_best += usize::from(a != cands[0].id);
+        }
+        // The penalties must have moved the pick off the raw row's best at least once, or the
+        // test would not be testing them.
+        assert!(n_off_best > 0, "setting {i}: never off the raw best");
+    }
+    let raising = [
+        SamplingParams {
+            repeat_penalty: 0.9,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            presence_penalty: -0.5,
+            ..SamplingParams::default()
+        },
+        SamplingParams {
+            frequency_penalty: -0.1,
+            ..SamplingParams::default()
+        },
+    ];
+    for p in raising {
+        assert_eq!(Sampler::new(p).unwrap().best_needed(), None);
+    }
 }

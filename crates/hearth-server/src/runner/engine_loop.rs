@@ -152,14 +152,15 @@ impl EngineLoop {
         let drawn = self.draw(&next);
         let mut sampled = Vec::with_capacity(next.len());
         for (id, source) in next.iter() {
-            let (Some(active), Some(_)) = (self.active.get_mut(&id), self.scheduler.tokens(id))
+            let (Some(active), Some(history)) =
+                (self.active.get_mut(&id), self.scheduler.tokens(id))
             else {
                 continue;
             };
             let token = match source {
                 NextToken::Picked(t) => t,
                 // NOTE: a greedy request in a top-k step gets the best candidate here.
-                NextToken::Best(best) => active.sampler_mut().sample_best(best),
+                NextToken::Best(best) => active.sampler_mut().sample_best(best, history),
                 NextToken::Logits(_) => match drawn.get(&id) {
                     Some(&t) => t,
                     None => continue,
@@ -208,8 +209,9 @@ impl EngineLoop {
 
     /// Runs `plan`'s forward pass, bringing back the least its sampling requests need: greedy
     /// requests without penalties or logprobs only need each row's argmax, which the device
-    /// finds; requests that draw with a small top-k (and greedy ones) only need each row's best
-    /// candidates, which the device selects. One request that needs more makes the whole step
+    /// finds; requests that draw with a small top-k (and greedy ones), with penalties that only
+    /// lower logits or none, only need each row's best candidates, which the device selects
+    /// (`Sampler::best_needed`). One request that needs more makes the whole step
     /// bring back logits.
     fn forward(&mut self, plan: &StepPlan) -> Result<PlanOutput, EngineError> {
         let sampling: Vec<&Active> = plan
