@@ -5,6 +5,11 @@
 #   par64      64 sequences decoding together, their logits brought back
 #   tg         one sequence decoding 128 tokens, its logits brought back (llama-bench's tg128)
 #   tg-greedy  the same with the argmax on the GPU
+#   tg-sample, par64-sample    drawing with the default settings (`--sample`)
+#   tg-penalty, par64-penalty  the same with Ollama's default repeat penalty (1.1)
+#   tg-penalty-logits, par64-penalty-logits  with a repeat penalty of 0.99, which can raise
+#              logits: the same work, but the logits come back (the path before penalties
+#              could draw from the device's candidates)
 # Carried in .device-bin/: hearth (the change), hearth-base (before it), synth_gguf.py and
 # wheels/ (gguf, PyYAML); the models are written and quantized here.
 # Settings: MODELS (synth_gguf.py presets, default qwen3-0.6b llama-3.1-8b), QUANTS (default
@@ -56,6 +61,16 @@ for round in $(seq "$ROUNDS"); do
           par64) echo "  64 streams:      $(run "$b" "$m" -p 128 -n 128 -r 1 --parallel 64)" ;;
           tg) echo "  tg128:           $(run "$b" "$m" -p 0 -n 128 -r 5)" ;;
           tg-greedy) echo "  tg128 greedy:    $(run "$b" "$m" -p 0 -n 128 -r 5 --greedy)" ;;
+          tg-sample) echo "  $t: $(run "$b" "$m" -p 0 -n 128 -r 5 --sample)" ;;
+          tg-penalty) echo "  $t: $(run "$b" "$m" -p 0 -n 128 -r 5 --sample --repeat-penalty 1.1)" ;;
+          tg-penalty-logits)
+            echo "  $t: $(run "$b" "$m" -p 0 -n 128 -r 5 --sample --repeat-penalty=0.99)" ;;
+          par64-sample)
+            echo "  $t: $(run "$b" "$m" -p 128 -n 128 -r 1 --parallel 64 --sample)" ;;
+          par64-penalty)
+            echo "  $t: $(run "$b" "$m" -p 128 -n 128 -r 1 --parallel 64 --sample --repeat-penalty 1.1)" ;;
+          par64-penalty-logits)
+            echo "  $t: $(run "$b" "$m" -p 128 -n 128 -r 1 --parallel 64 --sample --repeat-penalty=0.99)" ;;
           *) echo "  unknown test $t" && status=1 ;;
         esac
       done
