@@ -24,4 +24,4 @@ pub use candidates::{best_of_rows, Candidate, Candidates};
 pub use math::{argmax, log_softmax, top_logprobs};
 pub use params::{SamplerError, SamplingParams};
 pub use processors::{apply_penalties, apply_temperature, min_p, penalties_enabled, top_k, top_p};
-pub use sampler::{sample_rows, Sampler, MAX_DEVICE_TOP_K};
+pub use sampler::{sample_best_rows, sample_rows, Sampler, MAX_DEVICE_TOP_K};

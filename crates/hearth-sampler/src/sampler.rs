@@ -173,6 +173,19 @@ pub fn sample_rows(work: &mut [(&mut Sampler, &[f32], &[u32])]) -> Vec<u32> {
         .collect()
 }
 
+/// [`sample_rows`] for rows of best candidates: `work[i]` is a sequence's sampler, its row's
+/// best candidates and its history, as [`Sampler::sample_best`] takes them.
+///
+/// NOTE: with penalties a row's draw sorts its window and penalizes and selects among up to
+/// 128 candidates; 64 such rows one after the other took a fifth of a 64-sequence decode step
+/// of a 0.6B model on an H100.
+pub fn sample_best_rows(work: &mut [(&mut Sampler, &[Candidate], &[u32])]) -> Vec<u32> {
+    use rayon::prelude::*;
+    work.par_iter_mut()
+        .map(|(sampler, best, history)| sampler.sample_best(best, history))
+        .collect()
+}
+
 /// Softmax over the candidates and one draw. Weights are `exp(logit - max)` summed in
 /// f64; +inf candidates share all the mass; with no finite weight the best candidate
 /// (lowest id among equals) is returned without using the RNG.

@@ -3,7 +3,7 @@ use std::time::Instant;
 
 use clap::Args;
 use hearth_engine::{Engine, SeqStep, Sequence};
-use hearth_sampler::{sample_rows, Sampler, SamplingParams, MAX_DEVICE_TOP_K};
+use hearth_sampler::{sample_best_rows, sample_rows, Sampler, SamplingParams, MAX_DEVICE_TOP_K};
 use serde::Serialize;
 
 use super::run::LoadArgs;
@@ -272,10 +272,13 @@ fn generation_test(
                     let cands = engine.step_batch_best(&mut work, k)?;
                     // NOTE: fewer than `k` per row come back for a smaller vocabulary.
                     let per_row = (cands.len() / parallel).max(1);
-                    for ((s, row), seq) in samplers.iter_mut().zip(cands.chunks(per_row)).zip(&seqs)
-                    {
-                        s.sample_best(row, seq.tokens());
-                    }
+                    let mut rows: Vec<_> = samplers
+                        .iter_mut()
+                        .zip(cands.chunks(per_row))
+                        .zip(&seqs)
+                        .map(|((s, row), seq)| (s, row, seq.tokens()))
+                        .collect();
+                    sample_best_rows(&mut rows);
                 }
                 None => {
                     let logits = engine.step_batch_logits(&mut work)?;

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use hearth_engine::scheduler::{self, RequestId, Scheduler, StepPlan};
 use hearth_engine::{Engine, EngineError, NextToken, PlanOutput};
-use hearth_sampler::{sample_rows, Sampler};
+use hearth_sampler::{sample_best_rows, sample_rows, Sampler};
 
 use super::active::Active;
 use super::{Command, Finish};
@@ -92,27 +92,35 @@ impl EngineLoop {
         }
     }
 
-    /// Draws the next token of every request whose logits `next` holds, all at once on the
-    /// CPU's threads (`sample_rows`).
+    /// Draws the next token of every request whose logits or best candidates `next` holds,
+    /// all at once on the CPU's threads (`sample_rows`, `sample_best_rows`).
     fn draw(&mut self, next: &PlanOutput) -> HashMap<RequestId, u32> {
-        let rows: HashMap<RequestId, &[f32]> = next
-            .iter()
-            .filter_map(|(id, source)| match source {
-                NextToken::Logits(row) => Some((id, row)),
-                NextToken::Picked(_) | NextToken::Best(_) => None,
-            })
-            .collect();
+        let sources: HashMap<RequestId, NextToken> = next.iter().collect();
         let scheduler = &self.scheduler;
-        let (ids, mut work): (Vec<RequestId>, Vec<_>) = self
-            .active
-            .iter_mut()
-            .filter_map(|(&id, active)| {
-                let row = *rows.get(&id)?;
-                let history = scheduler.tokens(id)?;
-                Some((id, (active.sampler_mut(), row, history)))
-            })
-            .unzip();
-        ids.into_iter().zip(sample_rows(&mut work)).collect()
+        let (mut logits_ids, mut logits_work) = (Vec::new(), Vec::new());
+        let (mut best_ids, mut best_work) = (Vec::new(), Vec::new());
+        for (&id, active) in self.active.iter_mut() {
+            let (Some(source), Some(history)) = (sources.get(&id), scheduler.tokens(id)) else {
+                continue;
+            };
+            match *source {
+                NextToken::Logits(row) => {
+                    logits_ids.push(id);
+                    logits_work.push((active.sampler_mut(), row, history));
+                }
+                NextToken::Best(best) => {
+                    best_ids.push(id);
+                    best_work.push((active.sampler_mut(), best, history));
+                }
+                NextToken::Picked(_) => {}
+            }
+        }
+        let mut drawn: HashMap<RequestId, u32> = logits_ids
+            .into_iter()
+            .zip(sample_rows(&mut logits_work))
+            .collect();
+        drawn.extend(best_ids.into_iter().zip(sample_best_rows(&mut best_work)));
+        drawn
     }
 
     /// Ends requests whose client has gone away, returning their blocks to the pool.
@@ -152,16 +160,14 @@ impl EngineLoop {
         let drawn = self.draw(&next);
         let mut sampled = Vec::with_capacity(next.len());
         for (id, source) in next.iter() {
-            let (Some(active), Some(history)) =
-                (self.active.get_mut(&id), self.scheduler.tokens(id))
+            let (Some(active), Some(_)) = (self.active.get_mut(&id), self.scheduler.tokens(id))
             else {
                 continue;
             };
             let token = match source {
                 NextToken::Picked(t) => t,
-                // NOTE: a greedy request in a top-k step gets the best candidate here.
-                NextToken::Best(best) => active.sampler_mut().sample_best(best, history),
-                NextToken::Logits(_) => match drawn.get(&id) {
+                // NOTE: a greedy request in a top-k step gets its best candidate from `draw`.
+                NextToken::Best(_) | NextToken::Logits(_) => match drawn.get(&id) {
                     Some(&t) => t,
                     None => continue,
                 },
