@@ -176,9 +176,11 @@ pub fn sample_rows(work: &mut [(&mut Sampler, &[f32], &[u32])]) -> Vec<u32> {
 /// [`sample_rows`] for rows of best candidates: `work[i]` is a sequence's sampler, its row's
 /// best candidates and its history, as [`Sampler::sample_best`] takes them.
 ///
-/// NOTE: with penalties a row's draw sorts its window and penalizes and selects among up to
-/// 128 candidates; 64 such rows one after the other took a fifth of a 64-sequence decode step
-/// of a 0.6B model on an H100.
+/// NOTE: with penalties a row's draw also sorts its window and penalizes and selects among up
+/// to 128 candidates. On an H100 machine's 16 cores, 64 sequences of a 0.6B model decoded no
+/// faster measurably with these draws in parallel than one after the other (within the runs'
+/// spread, BENCHMARKS.md); they run like `sample_rows` so that a step's draws cost the same
+/// either way.
 pub fn sample_best_rows(work: &mut [(&mut Sampler, &[Candidate], &[u32])]) -> Vec<u32> {
     use rayon::prelude::*;
     work.par_iter_mut()
