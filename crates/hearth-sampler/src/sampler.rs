@@ -24,8 +24,6 @@ pub struct Sampler {
     cands: Candidates,
     /// [n_vocab] penalized copy of the logits, reused across calls (penalties only).
     penalized: Vec<f32>,
-    /// Penalized copy of a row's best candidates (`sample_best` with penalties).
-    penalized_best: Vec<Candidate>,
 }
 
 impl Sampler {
@@ -39,7 +37,6 @@ impl Sampler {
             rng: ChaCha8Rng::seed_from_u64(seed),
             cands: Candidates::new(),
             penalized: Vec::new(),
-            penalized_best: Vec::new(),
         })
     }
 
@@ -97,15 +94,12 @@ impl Sampler {
             params: p,
             rng,
             cands,
-            penalized_best,
             ..
         } = self;
         let k = if p.temperature == 0.0 { 1 } else { p.top_k };
         if penalties_enabled(p) {
-            penalized_best.clear();
-            penalized_best.extend_from_slice(best);
-            penalize_candidates(penalized_best, history, p);
-            cands.fill_unsorted(penalized_best);
+            cands.fill_unsorted(best);
+            penalize_candidates(cands.as_mut_slice(), history, p);
             if k >= cands.len() {
                 // The whole vocabulary (a row no longer than `best_needed`): in id order, as
                 // `sample` holds it when its top-k stage keeps everything.
