@@ -266,21 +266,18 @@ __device__ __forceinline__ void quantize_when_complete(const float* y, GluQ8 out
     if (lane == 0) out.counts[group] = 0;
 }
 
+// One warp's two weight windows (shared memory).
+typedef uint4 (*Q8aWindows)[ROWS_PER_WARP][Q8A_WINDOW_VECS];
+
+// gemv_rows_q8a for one token's xq / xds / y, with the warp's windows given: the part the
+// decode-layers kernel (decode_layers.cu) shares, which runs it for many blocks in turn.
 template <class B>
-__device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8* __restrict__ w2,
-                                              const i8* __restrict__ xq,
-                                              const float2* __restrict__ xds,
-                                              float* __restrict__ y, int n_rows, int n_cols,
-                                              int mode, int block, GluQ8 q8) {
-    __shared__ uint4 window[WARPS_PER_BLOCK][2][ROWS_PER_WARP][Q8A_WINDOW_VECS];
-    xq += (size_t)blockIdx.y * n_cols;
-    xds += (size_t)blockIdx.y * (n_cols / 32);
-    y += (size_t)blockIdx.y * n_rows;
-    if (q8.yq != nullptr) {
-        q8.yq += (size_t)blockIdx.y * n_rows;
-        q8.yds += (size_t)blockIdx.y * (n_rows / 32);
-        q8.counts += (size_t)blockIdx.y * (n_rows / 32);
-    }
+__device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* __restrict__ w,
+                                                   const u8* __restrict__ w2,
+                                                   const i8* __restrict__ xq,
+                                                   const float2* __restrict__ xds,
+                                                   float* __restrict__ y, int n_rows, int n_cols,
+                                                   int mode, int block, GluQ8 q8) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const bool glu = mode >= GEMV_GLU_SILU;
     const int row0 = (block * WARPS_PER_BLOCK + warp) * (glu ? 1 : ROWS_PER_WARP);
@@ -308,7 +305,7 @@ __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8
 #if !Q8A_EARLY_STAGE
     await_previous_kernels();
 #endif
-    stage_rows_async<B::BYTES>(rows, 0, min(blocks_per_window, n_blocks), window[warp][0], lane);
+    stage_rows_async<B::BYTES>(rows, 0, min(blocks_per_window, n_blocks), window[0], lane);
     if (Q8A_PREFETCH_BYTES > 0 && blocks_per_window < n_blocks) {
         const size_t staged = (size_t)blocks_per_window * B::BYTES;
         const size_t more = min(row_bytes - staged, (size_t)Q8A_PREFETCH_BYTES);
@@ -325,13 +322,13 @@ __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8
         const int next = b0 + blocks_per_window;
         if (next < n_blocks) {
             stage_rows_async<B::BYTES>(rows, next, min(blocks_per_window, n_blocks - next),
-                                       window[warp][(i + 1) & 1], lane);
+                                       window[(i + 1) & 1], lane);
             copies_wait<1>();
         } else {
             copies_wait<0>();
         }
         __syncwarp();
-        uint4(*current)[Q8A_WINDOW_VECS] = window[warp][i & 1];
+        uint4(*current)[Q8A_WINDOW_VECS] = window[i & 1];
         int skew[ROWS_PER_WARP];
 #pragma unroll
         for (int r = 0; r < ROWS_PER_WARP; ++r) skew[r] = window_skew<B::BYTES>(rows[r], b0);
@@ -351,6 +348,25 @@ __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8
     }
     gemv_finish(acc, y, row0, n_rows, mode, lane);
     if (glu && q8.yq != nullptr) quantize_when_complete(y, q8, row0, lane);
+}
+
+template <class B>
+__device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8* __restrict__ w2,
+                                              const i8* __restrict__ xq,
+                                              const float2* __restrict__ xds,
+                                              float* __restrict__ y, int n_rows, int n_cols,
+                                              int mode, int block, GluQ8 q8) {
+    __shared__ uint4 window[WARPS_PER_BLOCK][2][ROWS_PER_WARP][Q8A_WINDOW_VECS];
+    xq += (size_t)blockIdx.y * n_cols;
+    xds += (size_t)blockIdx.y * (n_cols / 32);
+    y += (size_t)blockIdx.y * n_rows;
+    if (q8.yq != nullptr) {
+        q8.yq += (size_t)blockIdx.y * n_rows;
+        q8.yds += (size_t)blockIdx.y * (n_rows / 32);
+        q8.counts += (size_t)blockIdx.y * (n_rows / 32);
+    }
+    gemv_warp_rows_q8a<B>(window[threadIdx.x / WARP_SIZE], w, w2, xq, xds, y, n_rows, n_cols,
+                          mode, block, q8);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)

@@ -28,6 +28,14 @@ __device__ __forceinline__ double block_sum_f64(double v) {
     return partial[0];
 }
 
+// ss + v.x² + v.y² + v.z² + v.w², in that order, in double precision.
+__device__ __forceinline__ double add_squares(double ss, float4 v) {
+    ss += (double)v.x * (double)v.x;
+    ss += (double)v.y * (double)v.y;
+    ss += (double)v.z * (double)v.z;
+    return ss + (double)v.w * (double)v.w;
+}
+
 extern "C" __global__ void rms_norm_groups(const float* x, const float* __restrict__ w, float* y,
                                            int group, float eps) {
     await_previous_kernels();
@@ -86,17 +94,11 @@ extern "C" __global__ void rms_norm_quantize(const float* __restrict__ x,
 #pragma unroll
     for (int k = 0; k < NORM_Q_HELD; ++k) {
         const float4 v = xv[k];
-        ss += (double)v.x * (double)v.x;
-        ss += (double)v.y * (double)v.y;
-        ss += (double)v.z * (double)v.z;
-        ss += (double)v.w * (double)v.w;
+        ss = add_squares(ss, v);
     }
     for (int i = first + NORM_Q_HELD * step; i < cols; i += step) {
         const float4 v = *reinterpret_cast<const float4*>(x + row + i);
-        ss += (double)v.x * (double)v.x;
-        ss += (double)v.y * (double)v.y;
-        ss += (double)v.z * (double)v.z;
-        ss += (double)v.w * (double)v.w;
+        ss = add_squares(ss, v);
     }
     const float mean = (float)(block_sum_f64(ss) / (double)cols);
     const float scale = 1.0f / sqrtf(mean + eps);
@@ -216,62 +218,47 @@ extern "C" __global__ void kv_write(const float* __restrict__ k, const float* __
 
 #define ATTN_WARPS 4
 
-// Causal attention of one (token, head) pair per block over the token's own sequence:
-// positions max(0, pos - window + 1) ..= pos. Each warp takes every ATTN_WARPS-th position
-// with an online softmax (running max, sum and weighted values); the warps are merged at the
-// end. A lane holds DPL consecutive dimensions (DPL * 32 >= head_dim; lanes past the head hold
-// zeros and write nothing).
+// One query head of one token attending to positions j0 .. j1 - 1 of its sequence, by a block
+// of ATTN_WARPS warps: each warp takes every ATTN_WARPS-th position with an online softmax
+// (running max, sum and weighted values), and the warps are merged at the end. A lane holds
+// DPL consecutive dimensions (DPL * 32 >= head_dim; lanes past the head hold zeros). Warp 0
+// returns true with the span's max logit `mx`, its softmax sum `total` and the weighted sum
+// of values `o` (its lane's DPL dimensions, not yet divided by `total`); the other warps
+// return false. All threads of the block call it; it ends with the block's shared arrays
+// still in use by warp 0.
+//
+// qh: the head's query; tables / table: the block tables and where the sequence's starts (see
+// kv_slot); kv_off: where its KV head starts in a cache row of kv_dim values. knewh / vnewh:
+// the token's own key and value (position `pos`, a decode step where every sequence brings
+// one token), read from these rows rounded to f16 as the cache holds them, rather than from
+// the cache slot this step writes; null: from the cache.
 template <int DPL>
-__device__ void attend(const float* __restrict__ q, u16* __restrict__ kc,
-                       u16* __restrict__ vc, float* __restrict__ out, const u32* tok_seq,
-                       const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads,
-                       int n_kv_heads, int head_dim, int block_size, float scale, int window,
-                       float softcap, i8* oq, float2* ods, const float* __restrict__ knew,
-                       const float* __restrict__ vnew) {
-    await_previous_kernels();
-    const int t = blockIdx.y, h = blockIdx.x;
+__device__ __forceinline__ bool attend_span(const float* qh, const u16* __restrict__ kc,
+                                            const u16* __restrict__ vc, u32 j0, u32 j1, u32 pos,
+                                            const u32* tables, u32 table, int kv_off,
+                                            int kv_dim, int head_dim, int block_size,
+                                            float scale, float softcap, const float* knewh,
+                                            const float* vnewh, float& mx, float& total,
+                                            float (&o)[DPL]) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int kv_dim = n_kv_heads * head_dim;
-    const int kv_head = h / (n_heads / n_kv_heads);
-    const u32 pos = tok_pos[t];
-    const u32 table = seq_table[tok_seq[t]];
-    const u32 first = (window > 0 && pos + 1 > (u32)window) ? pos + 1 - window : 0;
-
     const int d0 = lane * DPL;
     const int n_mine = max(0, min(DPL, head_dim - d0));  // dimensions this lane holds
     float qv[DPL], acc[DPL];
-    const float* qr = q + (size_t)t * n_heads * head_dim + h * head_dim + d0;
 #pragma unroll
     for (int d = 0; d < DPL; ++d) {
-        qv[d] = d < n_mine ? round_f16(qr[d]) : 0.f;
+        qv[d] = d < n_mine ? round_f16(qh[d0 + d]) : 0.f;
         acc[d] = 0.f;
     }
-    // With knew / vnew (a decode step where every sequence brings one token, so no block reads
-    // a slot this launch writes), the token's own key and value come from those rows, rounded
-    // to f16 as the cache holds them, and the first query head of each KV head writes them to
-    // the cache: no kv_write launch.
-    const size_t own = (size_t)t * kv_dim + kv_head * head_dim + d0;
-    if (knew != nullptr && h % (n_heads / n_kv_heads) == 0 && warp == 0) {
-        const size_t slot = kv_slot(tables, table, pos, block_size) * kv_dim + kv_head * head_dim + d0;
-#pragma unroll
-        for (int d = 0; d < DPL; ++d) {
-            if (d < n_mine) {
-                kc[slot + d] = f32_to_half(knew[own + d]);
-                vc[slot + d] = f32_to_half(vnew[own + d]);
-            }
-        }
-    }
     float m = NEG_INF, l = 0.f;
-    for (u32 j = first + warp; j <= pos; j += ATTN_WARPS) {
-        const bool from_rows = knew != nullptr && j == pos;
-        const size_t base = kv_slot(tables, table, j, block_size) * kv_dim + kv_head * head_dim +
-                            d0;
+    for (u32 j = j0 + warp; j < j1; j += ATTN_WARPS) {
+        const bool from_rows = knewh != nullptr && j == pos;
+        const size_t base = kv_slot(tables, table, j, block_size) * kv_dim + kv_off + d0;
         float kv[DPL], vv[DPL];
 #pragma unroll
         for (int d = 0; d < DPL; ++d) {
             if (d < n_mine) {
-                kv[d] = from_rows ? round_f16(knew[own + d]) : half_to_f32(kc[base + d]);
-                vv[d] = from_rows ? round_f16(vnew[own + d]) : half_to_f32(vc[base + d]);
+                kv[d] = from_rows ? round_f16(knewh[d0 + d]) : half_to_f32(kc[base + d]);
+                vv[d] = from_rows ? round_f16(vnewh[d0 + d]) : half_to_f32(vc[base + d]);
             }
         }
         float s = 0.f;
@@ -290,6 +277,10 @@ __device__ void attend(const float* __restrict__ q, u16* __restrict__ kc,
         }
         m = m_new;
     }
+    // NOTE (H100, tg128, Qwen3-0.6B Q8_0 / Llama-3.1-8B Q4_K_M, one call, two rounds): loading
+    // four of a warp's positions at a time (their table entries, then their keys and values)
+    // before the softmax took them one by one was slower: 721 / 720 tok/s against 799 / 779
+    // (8 at a time: 741 / 730), 8B 284-288 against 301-302.
     __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS];
     __shared__ float sacc[ATTN_WARPS][DPL * WARP_SIZE];
     if (lane == 0) {
@@ -299,11 +290,11 @@ __device__ void attend(const float* __restrict__ q, u16* __restrict__ kc,
 #pragma unroll
     for (int d = 0; d < DPL; ++d) sacc[warp][lane * DPL + d] = acc[d];
     __syncthreads();
-    if (warp != 0) return;
-    float mx = NEG_INF;
+    if (warp != 0) return false;
+    mx = NEG_INF;
 #pragma unroll
     for (int w = 0; w < ATTN_WARPS; ++w) mx = fmaxf(mx, sm[w]);
-    float total = 0.f, o[DPL];
+    total = 0.f;
 #pragma unroll
     for (int d = 0; d < DPL; ++d) o[d] = 0.f;
 #pragma unroll
@@ -314,15 +305,73 @@ __device__ void attend(const float* __restrict__ q, u16* __restrict__ kc,
 #pragma unroll
         for (int d = 0; d < DPL; ++d) o[d] += sacc[w][lane * DPL + d] * c;
     }
-    const size_t at = (size_t)t * n_heads * head_dim + h * head_dim + d0;
+    return true;
+}
+
+// Causal attention of one query head of one token over its sequence (attend_span over
+// positions max(0, pos - window + 1) ..= pos), written to outh, and its 8-bit copy for the o
+// projection's int8 GEMV to oqh / odsh when they are not null (head_dim is then a multiple of
+// 32, so every 32-value group lies within the head).
+template <int DPL>
+__device__ __forceinline__ void attend_head(const float* qh, const u16* __restrict__ kc,
+                                            const u16* __restrict__ vc, float* outh, u32 pos,
+                                            const u32* tables, u32 table, int kv_off,
+                                            int kv_dim, int head_dim, int block_size,
+                                            float scale, int window, float softcap, i8* oqh,
+                                            float2* odsh, const float* knewh,
+                                            const float* vnewh) {
+    const u32 first = (window > 0 && pos + 1 > (u32)window) ? pos + 1 - window : 0;
+    float mx, total, o[DPL];
+    if (!attend_span<DPL>(qh, kc, vc, first, pos + 1, pos, tables, table, kv_off, kv_dim,
+                          head_dim, block_size, scale, softcap, knewh, vnewh, mx, total, o)) {
+        return;
+    }
+    const int d0 = (threadIdx.x % WARP_SIZE) * DPL;
+    const int n_mine = max(0, min(DPL, head_dim - d0));
 #pragma unroll
     for (int d = 0; d < DPL; ++d) {
         o[d] /= total;
-        if (d < n_mine) out[at + d] = o[d];
+        if (d < n_mine) outh[d0 + d] = o[d];
     }
-    // The output quantized for the o projection's int8 GEMV, when asked for (head_dim is then
-    // a multiple of 32, so every 32-value group lies within this head).
-    if (oq != nullptr) quantize_lane_values_q8_1<DPL>(o, oq + at, ods + at / 32, n_mine > 0);
+    if (oqh != nullptr) quantize_lane_values_q8_1<DPL>(o, oqh + d0, odsh + d0 / 32, n_mine > 0);
+}
+
+// attend_head for the (head blockIdx.x, token blockIdx.y) pair of a batch (layout above).
+// With knew / vnew, the first query head of each KV head also writes the token's key and
+// value to the cache: no kv_write launch.
+template <int DPL>
+__device__ void attend(const float* __restrict__ q, u16* __restrict__ kc,
+                       u16* __restrict__ vc, float* __restrict__ out, const u32* tok_seq,
+                       const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads,
+                       int n_kv_heads, int head_dim, int block_size, float scale, int window,
+                       float softcap, i8* oq, float2* ods, const float* __restrict__ knew,
+                       const float* __restrict__ vnew) {
+    await_previous_kernels();
+    const int t = blockIdx.y, h = blockIdx.x;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int kv_dim = n_kv_heads * head_dim;
+    const int kv_head = h / (n_heads / n_kv_heads);
+    const u32 pos = tok_pos[t];
+    const u32 table = seq_table[tok_seq[t]];
+    const int d0 = lane * DPL;
+    const int n_mine = max(0, min(DPL, head_dim - d0));
+    const size_t own = (size_t)t * kv_dim + kv_head * head_dim;
+    if (knew != nullptr && h % (n_heads / n_kv_heads) == 0 && warp == 0) {
+        const size_t slot = kv_slot(tables, table, pos, block_size) * kv_dim + kv_head * head_dim + d0;
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) {
+            if (d < n_mine) {
+                kc[slot + d] = f32_to_half(knew[own + d0 + d]);
+                vc[slot + d] = f32_to_half(vnew[own + d0 + d]);
+            }
+        }
+    }
+    const size_t at = (size_t)t * n_heads * head_dim + h * head_dim;
+    attend_head<DPL>(q + at, kc, vc, out + at, pos, tables, table, kv_head * head_dim, kv_dim, head_dim,
+                     block_size, scale, window, softcap, oq != nullptr ? oq + at : nullptr,
+                     oq != nullptr ? ods + at / 32 : nullptr,
+                     knew != nullptr ? knew + own : nullptr,
+                     vnew != nullptr ? vnew + own : nullptr);
 }
 
 // One kernel per supported head size (the lanes' share of a head is a template constant).
