@@ -11,8 +11,8 @@ mod spec;
 mod weight;
 
 pub use spec::{
-    theta_scale_of, Activation, AttnBatch, AttnParams, AttnSeq, KvSpec, KvType, RopeKind, RopeRows,
-    RopeSpec,
+    theta_scale_of, Activation, AttnBatch, AttnParams, AttnSeq, DenseLayer, DenseStack, KvSpec,
+    KvType, RopeKind, RopeRows, RopeSpec,
 };
 pub use weight::{ByteSource, HostWeight, MlxGroups};
 
@@ -417,6 +417,25 @@ pub trait Backend: Send + Sync {
     ) -> Result<(), BackendError> {
         self.qk_norm_rope(q, k, norms, rows, params.head_dim, rope, eps)?;
         self.attention(q, k, v, cache, layer, batch, params, out)
+    }
+
+    /// Every layer of a decode step of one sequence by one token, in one call, where a
+    /// backend can run the whole stack at once (one kernel rather than several per layer):
+    /// `x` (`[1, n_embd]`, the token's embedding) becomes the last layer's output, and each
+    /// layer's key and value are written to `cache`, as the layers run op by op would.
+    /// `Ok(false)`: this backend has no such path for these layers, and nothing was done.
+    #[allow(clippy::too_many_arguments)]
+    fn decode_layers(
+        &self,
+        x: &mut Self::Tensor,
+        layers: &[DenseLayer<'_, Self::Weight>],
+        stack: &DenseStack<'_>,
+        rows: RopeRows,
+        cache: &mut Self::KvCache,
+        batch: &AttnBatch,
+    ) -> Result<bool, BackendError> {
+        let _ = (x, layers, stack, rows, cache, batch);
+        Ok(false)
     }
 
     /// Causal attention over the paged cache for one layer.

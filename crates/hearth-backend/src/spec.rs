@@ -199,3 +199,32 @@ pub struct AttnParams {
     /// Attention-logit soft-capping `c · tanh(x / c)` (Gemma 2), if any.
     pub softcap: Option<f32>,
 }
+
+/// The weights of one dense decoder layer as [`crate::Backend::decode_layers`] runs it:
+/// a pre-norm attention block (optionally QK-normed) and a pre-norm gated feed-forward block,
+/// each adding its output to the residual stream, with no biases and no post-norms.
+pub struct DenseLayer<'a, W> {
+    pub attn_norm: &'a W,
+    pub wq: &'a W,
+    pub wk: &'a W,
+    pub wv: &'a W,
+    /// Per-head RMSNorm weights of q and k (Qwen 3), or `None`.
+    pub qk_norms: Option<(&'a W, &'a W)>,
+    pub wo: &'a W,
+    pub ffn_norm: &'a W,
+    pub gate: &'a W,
+    pub up: &'a W,
+    pub down: &'a W,
+}
+
+/// What every layer of a [`DenseLayer`] stack shares.
+pub struct DenseStack<'a> {
+    /// Full attention: no window and no soft-capping.
+    pub attn: &'a AttnParams,
+    pub rope: &'a RopeSpec,
+    /// The RMSNorm epsilon of every norm.
+    pub eps: f32,
+    pub activation: Activation,
+    /// Rows of the gate and up projections.
+    pub n_ff: usize,
+}

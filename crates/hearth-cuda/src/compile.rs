@@ -25,6 +25,8 @@ pub const KERNEL_SOURCE: &str = concat!(
     include_str!("../kernels/model.cu"),
     "\n",
     include_str!("../kernels/flash_prefill.cu"),
+    "\n",
+    include_str!("../kernels/decode_layers.cu"),
 );
 
 /// The NVRTC library's version (major, minor). Call only after [`crate::probe`] succeeded.

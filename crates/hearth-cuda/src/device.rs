@@ -17,7 +17,8 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 55] = [
+pub(crate) const KERNEL_NAMES: [&str; 56] = [
+    "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
     "gemv_q4_0",

@@ -7,7 +7,7 @@
 //!  logits = lm_head(rms_norm(x[logits_rows]))
 //! ```
 
-use hearth_backend::{AttnBatch, AttnParams, Backend, RopeRows};
+use hearth_backend::{AttnBatch, AttnParams, Backend, DenseLayer, DenseStack, RopeRows};
 use hearth_sampler::Candidate;
 
 use crate::moe::SparseFfn;
@@ -411,7 +411,13 @@ impl<B: Backend> DecoderModel<B> {
             attn: &attn_batch,
             theta_scales: theta_scales.as_deref(),
         };
-        for (il, layer) in self.layers.iter().enumerate() {
+        let in_one_call = self.decode_layers_in_one_call(be, &mut x, &rows, cache)?;
+        let layers = if in_one_call {
+            &[][..]
+        } else {
+            &self.layers[..]
+        };
+        for (il, layer) in layers.iter().enumerate() {
             let mut ctx = self.attention(be, layer, il, &x, &rows, cache)?;
             if il + 1 == self.layers.len() {
                 // NOTE: after the last attention only the rows whose logits are wanted matter
@@ -486,6 +492,67 @@ impl<B: Backend> DecoderModel<B> {
             }
         }
         Ok(())
+    }
+
+    /// A decode step of one sequence by one token through every layer in one backend call
+    /// ([`Backend::decode_layers`]), where the layers are all dense, pre-norm only and
+    /// unbiased, with full attention and plain rope, and no trace is wanted. `Ok(false)`: the
+    /// caller runs the layers op by op.
+    fn decode_layers_in_one_call(
+        &self,
+        be: &B,
+        x: &mut B::Tensor,
+        rows: &LayerRows,
+        cache: &mut B::KvCache,
+    ) -> Result<bool, ModelError> {
+        let c = &self.config;
+        let b = rows.batch;
+        let one_token = b.tokens.len() == 1 && b.seqs.len() == 1 && b.logits_rows == [0];
+        let tracing = self.trace.lock().map(|t| t.is_some()).unwrap_or(true);
+        let plain = rows.theta_scales.is_none()
+            && c.attn_softcap.is_none()
+            && c.layer_kinds.iter().all(|&k| k != LayerKind::Sliding);
+        if !one_token || tracing || !plain {
+            return Ok(false);
+        }
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            let Ffn::Dense { gate, up, down } = &l.ffn else {
+                return Ok(false);
+            };
+            if l.qkv_bias.is_some() || l.attn_post_norm.is_some() || l.ffn_post_norm.is_some() {
+                return Ok(false);
+            }
+            layers.push(DenseLayer {
+                attn_norm: &l.attn_norm,
+                wq: &l.wq,
+                wk: &l.wk,
+                wv: &l.wv,
+                qk_norms: l.q_norm.as_ref().zip(l.k_norm.as_ref()),
+                wo: &l.wo,
+                ffn_norm: &l.ffn_norm,
+                gate,
+                up,
+                down,
+            });
+        }
+        let attn = AttnParams {
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            scale: c.attn_scale,
+            window: None,
+            softcap: None,
+        };
+        let stack = DenseStack {
+            attn: &attn,
+            rope: &c.rope,
+            eps: c.rms_eps,
+            activation: c.activation,
+            n_ff: c.n_ff,
+        };
+        let rope_rows = RopeRows::at(b.positions);
+        Ok(be.decode_layers(x, &layers, &stack, rope_rows, cache, rows.attn)?)
     }
 
     fn attention(

@@ -228,7 +228,7 @@ fn flash_tiles(batch: &AttnBatch) -> Vec<u32> {
 /// position, sequence → offset of its block table, then the tables, each in a slot of
 /// `stride` entries (the cache's block count, which bounds any table). The fixed slots keep
 /// the size of this data the same from one decode step to the next, as a replayed graph needs.
-fn batch_metadata(
+pub(super) fn batch_metadata(
     batch: &AttnBatch,
     n_tokens: usize,
     stride: usize,

@@ -21,8 +21,8 @@ use crate::CudaError;
 /// `HEARTH_CUDA_OVERLAP=0` launches every kernel the ordinary way (to compare).
 const OVERLAP_VAR: &str = "HEARTH_CUDA_OVERLAP";
 
-/// The most arguments one kernel takes (the attention kernels: 19).
-const MAX_ARGS: usize = 24;
+/// The most arguments one kernel takes (`decode_layers`: 29).
+const MAX_ARGS: usize = 32;
 
 /// Whether kernels are launched overlapping on a GPU of compute capability `cc`: from 9.0 on,
 /// unless turned off.
@@ -52,6 +52,42 @@ pub(super) unsafe fn launch_overlapping(
     threads: u32,
     args: &[Arg],
 ) -> Result<(), CudaError> {
+    // SAFETY: an all-zero attribute is a valid value of this plain C union.
+    let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    launch_with(f, stream, grid, threads, 0, args, attr)
+}
+
+/// Queues `f` on `stream` as a cooperative launch: the driver refuses it unless every block
+/// of the grid can be resident at once, which kernels that wait for each other need.
+///
+/// # Safety
+/// As [`launch_overlapping`], with `shared_bytes` of dynamic shared memory allowed for `f`.
+pub(super) unsafe fn launch_cooperative(
+    f: sys::CUfunction,
+    stream: sys::CUstream,
+    blocks: u32,
+    threads: u32,
+    shared_bytes: u32,
+    args: &[Arg],
+) -> Result<(), CudaError> {
+    // SAFETY: an all-zero attribute is a valid value of this plain C union.
+    let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attr.value.cooperative = 1;
+    launch_with(f, stream, (blocks, 1), threads, shared_bytes, args, attr)
+}
+
+unsafe fn launch_with(
+    f: sys::CUfunction,
+    stream: sys::CUstream,
+    grid: (u32, u32),
+    threads: u32,
+    shared_bytes: u32,
+    args: &[Arg],
+    mut attr: sys::CUlaunchAttribute,
+) -> Result<(), CudaError> {
     if args.len() > MAX_ARGS {
         return Err(CudaError::Driver {
             during: "kernel launch",
@@ -70,10 +106,6 @@ pub(super) unsafe fn launch_overlapping(
     for (ptr, slot) in pointers.iter_mut().zip(params.iter_mut()) {
         *ptr = slot as *mut Param as *mut c_void;
     }
-    // SAFETY: an all-zero attribute is a valid value of this plain C union.
-    let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
     let config = sys::CUlaunchConfig {
         gridDimX: grid.0,
         gridDimY: grid.1,
@@ -81,7 +113,7 @@ pub(super) unsafe fn launch_overlapping(
         blockDimX: threads,
         blockDimY: 1,
         blockDimZ: 1,
-        sharedMemBytes: 0,
+        sharedMemBytes: shared_bytes,
         hStream: stream,
         attrs: &mut attr,
         numAttrs: 1,

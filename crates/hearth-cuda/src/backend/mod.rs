@@ -6,6 +6,7 @@
 //! (`state.rs` explains the modes).
 
 mod attention;
+mod decode_layers;
 mod dependent_launch;
 mod forward;
 mod launch;
@@ -21,8 +22,8 @@ use std::sync::{Mutex, MutexGuard};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{result, CudaSlice};
 use hearth_backend::{
-    Activation, AttnBatch, AttnParams, Backend, BackendError, HostWeight, KvSpec, RopeKind,
-    RopeRows, RopeSpec,
+    Activation, AttnBatch, AttnParams, Backend, BackendError, DenseLayer, DenseStack, HostWeight,
+    KvSpec, RopeKind, RopeRows, RopeSpec,
 };
 use hearth_quant::GgmlType;
 use hearth_sampler::Candidate;
@@ -101,6 +102,8 @@ pub struct CudaBackend {
     state: Mutex<State>,
     /// Whether kernels are launched for programmatic dependent launch (see `launch.rs`).
     overlap_launches: bool,
+    /// Whether one-token decode steps may run their layers as one kernel (`decode_layers.rs`).
+    one_kernel_decode: bool,
 }
 
 impl CudaBackend {
@@ -140,13 +143,22 @@ impl CudaBackend {
         };
         let pinned = Pinned::new(dev.context(), PINNED_START)?;
         let overlap_launches = dependent_launch::overlap_launches(dev.info().compute_capability);
-        tracing::debug!(overlap_launches, "CUDA backend opened");
+        let one_kernel_decode = decode_layers::decode_layers_by_default(&dev);
+        tracing::debug!(overlap_launches, one_kernel_decode, "CUDA backend opened");
         Ok(Self {
             dev,
             blas,
             state: Mutex::new(State::new(pinned)),
             overlap_launches,
+            one_kernel_decode,
         })
+    }
+
+    /// Turns the one-token decode step as one kernel (`decode_layers.rs`) on or off, whatever
+    /// `HEARTH_CUDA_DECODE_LAYERS` says; on only where the GPU can launch it.
+    pub fn with_one_kernel_decode(mut self, on: bool) -> Self {
+        self.one_kernel_decode = on && decode_layers::launches_cooperatively(&self.dev);
+        self
     }
 
     /// The opened device.
@@ -649,6 +661,18 @@ impl Backend for CudaBackend {
             ],
         )?;
         Ok(out)
+    }
+
+    fn decode_layers(
+        &self,
+        x: &mut CudaTensor,
+        layers: &[DenseLayer<'_, CudaWeight>],
+        stack: &DenseStack<'_>,
+        rows: RopeRows,
+        cache: &mut CudaKvCache,
+        batch: &AttnBatch,
+    ) -> Result<bool, BackendError> {
+        self.launch_decode_layers(x, layers, stack, rows, cache, batch)
     }
 
     fn attention(

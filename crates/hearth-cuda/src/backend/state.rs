@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 
 use cudarc::driver::{CudaEvent, CudaGraph};
 
+use super::decode_layers::DecodeLayersState;
 use super::memory::{Arena, Counters, Pinned};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +72,8 @@ pub(super) struct State {
     /// Rows already rounded to f16 for a cuBLAS GEMM (the k and v projections after q, up after
     /// gate); forgotten under the same rules.
     pub halved: Cell<Option<Halved>>,
+    /// What the one-kernel decode step keeps between passes.
+    pub decode_layers: DecodeLayersState,
 }
 
 /// A tensor's f16 copy: the tensor's address and the copy's.
@@ -103,6 +106,7 @@ impl State {
             staged: Vec::new(),
             quantized: Cell::new(None),
             halved: Cell::new(None),
+            decode_layers: DecodeLayersState::default(),
         }
     }
 
