@@ -28,6 +28,8 @@ const THREADS: u32 = 128;
 const FIELDS: usize = 14;
 /// Resident blocks per multiprocessor asked for, at most (fewer if the kernel's registers or
 /// shared memory allow fewer). `HEARTH_CUDA_DECODE_BLOCKS_PER_SM` overrides it.
+/// NOTE (H100, tg128): Qwen3-0.6B is fastest with 2 (1: 591, 2: 668, 3: 597, 4: 576 tok/s in
+/// one call), Llama-3.1-8B with 4 (243 against 212), where the GEMVs need the warps.
 const BLOCKS_PER_SM: u32 = 2;
 
 /// Whether one-token decode steps run their layers as one kernel unless the backend is told
@@ -35,7 +37,7 @@ const BLOCKS_PER_SM: u32 = 2;
 ///
 /// NOTE (H100, tg128 with the argmax on the GPU, one binary, two rounds per call): the kernel
 /// gives the op-by-op step's logits (bit for bit in the tests) but is not yet faster. Qwen3-0.6B
-/// Q8_0: 738-781 tok/s against 785-804 op by op (attention in chunks of 8 positions: 762-781);
+/// Q8_0: 731-768 tok/s against 785-804 op by op (attention in chunks of 8 positions: 762-781);
 /// Llama-3.1-8B Q4_K_M: 211-243 against 299-302. Where its time goes (DL_PROFILE, 0.6B, per
 /// layer): barriers 12.5 µs (most of it waiting after attention and after gate/up), attention
 /// 8, gate/up 7.7, the two redundant norms 5, the other GEMVs 10.7.
