@@ -208,24 +208,13 @@ __device__ __forceinline__ void block_norm_rope_head(const float* row, const flo
         if (i < head_dim) tmp[i] = norm != nullptr ? v[k] * scale * norm[i] : v[k];
     }
     __syncthreads();
-    const int half = n_rot / 2;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
         const int i = threadIdx.x + k * DL_THREADS;
         if (i >= head_dim) continue;
-        if (i >= n_rot) {
-            out[i] = tmp[i];
-            continue;
-        }
-        const int pair = neox ? (i % half) : (i / 2);
-        const int a = neox ? pair : 2 * pair, b = neox ? pair + half : 2 * pair + 1;
-        float theta = (float)pos;
-        for (int m = 0; m < pair; ++m) theta *= theta_scale;
-        const float f = factors ? factors[pair] : 1.0f;
-        const float ang = freq_scale * (theta / f);
-        const float c = cosf(ang), s = sinf(ang);
-        const float x0 = tmp[a], x1 = tmp[b];
-        out[i] = i == a ? x0 * c - x1 * s : x0 * s + x1 * c;
+        out[i] = i >= n_rot ? tmp[i]
+                            : rotated_value(tmp, i, pos, n_rot, theta_scale, freq_scale, factors,
+                                            neox);
     }
     __syncthreads();
 }

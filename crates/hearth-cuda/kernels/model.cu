@@ -411,6 +411,23 @@ attention_hd256(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq
                  head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
 }
 
+// Value i (< n_rot) of a head `head` after rotary embedding at position `pos`: its pair's
+// angle advanced by repeated multiplication, as the CPU backend computes it.
+__device__ __forceinline__ float rotated_value(const float* head, int i, u32 pos, int n_rot,
+                                               float theta_scale, float freq_scale,
+                                               const float* factors, int neox) {
+    const int half = n_rot / 2;
+    const int pair = neox ? (i % half) : (i / 2);
+    const int a = neox ? pair : 2 * pair, b = neox ? pair + half : 2 * pair + 1;
+    float theta = (float)pos;
+    for (int m = 0; m < pair; ++m) theta *= theta_scale;
+    const float f = factors ? factors[pair] : 1.0f;
+    const float ang = freq_scale * (theta / f);
+    const float c = cosf(ang), s = sinf(ang);
+    const float x0 = head[a], x1 = head[b];
+    return i == a ? x0 * c - x1 * s : x0 * s + x1 * c;
+}
+
 // Per-head RMSNorm (QK-norm, when `qn` / `kn` are given) and rotary embedding of q and k in
 // one pass. Grid: (n_q_heads + n_k_heads, n_tokens); one thread per value of the head. The
 // same arithmetic as rms_norm_groups followed by rope_rows (`theta_scales` as there).
@@ -436,20 +453,10 @@ extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, con
     if (i < head_dim) head[i] = norm ? v * scale * norm[i] : v;
     __syncthreads();
     if (i >= head_dim) return;
-    const int half = n_rot / 2;
     if (i >= n_rot) {
         row[i] = head[i];
         return;
     }
-    // Thread i < n_rot writes element i: its pair index and partner.
-    const int pair = neox ? (i % half) : (i / 2);
-    const int a = neox ? pair : 2 * pair, b = neox ? pair + half : 2 * pair + 1;
     if (theta_scales) theta_scale = theta_scales[t];
-    float theta = (float)positions[t];
-    for (int m = 0; m < pair; ++m) theta *= theta_scale;
-    const float f = factors ? factors[pair] : 1.0f;
-    const float ang = freq_scale * (theta / f);
-    const float c = cosf(ang), s = sinf(ang);
-    const float x0 = head[a], x1 = head[b];
-    row[i] = i == a ? x0 * c - x1 * s : x0 * s + x1 * c;
+    row[i] = rotated_value(head, i, positions[t], n_rot, theta_scale, freq_scale, factors, neox);
 }
