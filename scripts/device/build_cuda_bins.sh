@@ -14,6 +14,7 @@ cargo build --release -p hearth-cli
 engine_tests=(cuda_vs_cpu hf_folder hf_archs moe_gguf mlx_folder golden_models)
 tests_json=$(cargo test --release -p hearth-cuda -p hearth-engine -p hearth-wgpu --lib --test gpu \
   --test mlx --test attention --test decode_norm --test rope --test fused_quantize --test mmq \
+  --test gemv_mixed \
   --test conformance --test normed_input --test argmax --test top_k --test read_back \
   "${engine_tests[@]/#/--test=}" --no-run --message-format=json 2>/dev/null)
 target_dir=$(cargo metadata --format-version 1 --no-deps |

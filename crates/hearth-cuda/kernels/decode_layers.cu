@@ -46,12 +46,6 @@
 #define DL_TYPES 13
 #define DL_FIELDS 14
 
-// GGML type codes (hearth_quant::GgmlType::id).
-#define GGML_Q4_0 2
-#define GGML_Q8_0 8
-#define GGML_Q4_K 12
-#define GGML_Q6_K 14
-
 // All blocks arrive, then all leave: the count reaches `target` (this barrier's number times
 // the grid size; the host zeroes the count before each launch). The release before the add and
 // the acquire of the spin make every write before the barrier visible after it.
@@ -121,28 +115,6 @@ __device__ __forceinline__ void prefetch_first_rows(const u8* w, const u8* w2, i
     prefetch_l2(w + (size_t)row0 * rb, bytes, lane);
     if (w2 != nullptr) prefetch_l2(w2 + (size_t)row0 * rb, bytes, lane);
 #endif
-}
-
-// One GEMV work unit (GEMV_ROWS_PER_BLOCK rows, or GEMV_WARPS rows for GLU modes) of a
-// matrix of GGML type `ty` with int8 activations in shared memory.
-__device__ __forceinline__ void dl_gemv(int ty, Q8aWindows win, const u8* w, const u8* w2,
-                                        const i8* xq, const float2* xds, float* y, int n_rows,
-                                        int n_cols, int mode, int block,
-                                        GluQ8 q8 = {nullptr, nullptr, nullptr}) {
-    switch (ty) {
-        case GGML_Q8_0:
-            gemv_warp_rows_q8a<Q8aQ8_0>(win, w, w2, xq, xds, y, n_rows, n_cols, mode, block, q8);
-            break;
-        case GGML_Q4_0:
-            gemv_warp_rows_q8a<Q8aQ4_0>(win, w, w2, xq, xds, y, n_rows, n_cols, mode, block, q8);
-            break;
-        case GGML_Q4_K:
-            gemv_warp_rows_q8a<Q8aQ4_K>(win, w, w2, xq, xds, y, n_rows, n_cols, mode, block, q8);
-            break;
-        case GGML_Q6_K:
-            gemv_warp_rows_q8a<Q8aQ6_K>(win, w, w2, xq, xds, y, n_rows, n_cols, mode, block, q8);
-            break;
-    }
 }
 
 // rms_norm_quantize of the row x (cols values, a multiple of 32) with weight w, by the whole
@@ -350,8 +322,9 @@ decode_layers(const unsigned long long* __restrict__ layers, int n_layers, float
             const int ty = seg == 0 ? t_q : (seg == 1 ? t_k : t_v);
             const u8* w = reinterpret_cast<const u8*>(L[DL_WQ + seg]);
             float* y = seg == 0 ? q : (seg == 1 ? k : v);
-            dl_gemv(ty, win, w, nullptr, sq, sds, y, seg == 0 ? q_dim : kv_dim, n_embd,
-                    GEMV_STORE, b - (seg == 0 ? 0 : (seg == 1 ? bq : bq + bk)));
+            gemv_warp_rows_q8a_typed(ty, win, w, nullptr, sq, sds, y, seg == 0 ? q_dim : kv_dim,
+                                     n_embd, GEMV_STORE,
+                                     b - (seg == 0 ? 0 : (seg == 1 ? bq : bq + bk)), NO_GLU_Q8);
         }
         DL_MARK(1)
         grid_barrier(counts, target);
@@ -415,8 +388,9 @@ decode_layers(const unsigned long long* __restrict__ layers, int n_layers, float
         // 3. x += Wo · ctx.
         block_copy_q8(oq, ods, q_dim, sq, sds);
         for (int b = blockIdx.x; b < n_rows_embd; b += gridDim.x) {
-            dl_gemv(t_o, win, reinterpret_cast<const u8*>(L[DL_WO]), nullptr, sq, sds, x, n_embd,
-                    q_dim, GEMV_ACCUMULATE, b);
+            gemv_warp_rows_q8a_typed(t_o, win, reinterpret_cast<const u8*>(L[DL_WO]), nullptr,
+                                     sq, sds, x, n_embd, q_dim, GEMV_ACCUMULATE, b,
+                                     NO_GLU_Q8);
         }
         prefetch_first_rows(reinterpret_cast<const u8*>(L[DL_DOWN]), nullptr, t_d, n_embd, n_ff,
                             ROWS_PER_WARP);
@@ -430,9 +404,9 @@ decode_layers(const unsigned long long* __restrict__ layers, int n_layers, float
         DL_MARK(7)
         const GluQ8 act_q8 = {aq, ads, counts + 1};
         for (int b = blockIdx.x; b < n_glu; b += gridDim.x) {
-            dl_gemv(t_gu, win, reinterpret_cast<const u8*>(L[DL_GATE]),
-                    reinterpret_cast<const u8*>(L[DL_UP]), sq, sds, act, n_ff, n_embd,
-                    gelu ? GEMV_GLU_GELU : GEMV_GLU_SILU, b, act_q8);
+            gemv_warp_rows_q8a_typed(t_gu, win, reinterpret_cast<const u8*>(L[DL_GATE]),
+                                     reinterpret_cast<const u8*>(L[DL_UP]), sq, sds, act, n_ff,
+                                     n_embd, gelu ? GEMV_GLU_GELU : GEMV_GLU_SILU, b, act_q8);
         }
         if (il + 1 < n_layers) {
             // The next layer's q, k and v rows (the first work unit's matrix of each warp).
@@ -460,8 +434,9 @@ decode_layers(const unsigned long long* __restrict__ layers, int n_layers, float
         // 5. x += Wdown · act.
         block_copy_q8(aq, ads, n_ff, sq, sds);
         for (int b = blockIdx.x; b < n_rows_embd; b += gridDim.x) {
-            dl_gemv(t_d, win, reinterpret_cast<const u8*>(L[DL_DOWN]), nullptr, sq, sds, x, n_embd,
-                    n_ff, GEMV_ACCUMULATE, b);
+            gemv_warp_rows_q8a_typed(t_d, win, reinterpret_cast<const u8*>(L[DL_DOWN]), nullptr,
+                                     sq, sds, x, n_embd, n_ff, GEMV_ACCUMULATE, b,
+                                     NO_GLU_Q8);
         }
         DL_MARK(10)
         if (il + 1 < n_layers) grid_barrier(counts, target);

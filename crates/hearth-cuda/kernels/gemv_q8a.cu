@@ -246,6 +246,9 @@ struct GluQ8 {
     u32* counts;
 };
 
+// No 8-bit copy of the output.
+#define NO_GLU_Q8 (GluQ8{nullptr, nullptr, nullptr})
+
 // Called by every lane after lane 0 stored y[row]: the warp that stores the last row of a
 // 32-row group quantizes the whole group, bit for bit as quantize_q8_1 does, and sets its
 // counter back to 0 for the next launch (or graph replay). Rows of a group are spread over
@@ -332,6 +335,10 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
         int skew[ROWS_PER_WARP];
 #pragma unroll
         for (int r = 0; r < ROWS_PER_WARP; ++r) skew[r] = window_skew<B::BYTES>(rows[r], b0);
+        // NOTE: not unrolled. Unrolled by 2 or 4 (so that later iterations' activation loads
+        // go out early) it measured slower on an H100: tg128 Llama-3.1-8B Q4_K_M 301.6 -> 280.5
+        // (2) and 292.7 (4) tok/s, Qwen3-0.6B Q4_K_M 800.2 -> 778.8 and 783.6.
+#pragma unroll 1
         for (int b = lane_block; b < nb; b += blocks_per_step) {
             const int v = (b0 + b) * B::QK + B::VALS * sub;  // first value of the lane
             uint4 xv[B::VALS / 16];
@@ -350,8 +357,43 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
     if (glu && q8.yq != nullptr) quantize_when_complete(y, q8, row0, lane);
 }
 
-template <class B>
-__device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8* __restrict__ w2,
+// GGML type codes (hearth_quant::GgmlType::id) of the weight types above.
+#define GGML_Q4_0 2
+#define GGML_Q8_0 8
+#define GGML_Q4_K 12
+#define GGML_Q6_K 14
+
+// gemv_warp_rows_q8a for weights of GGML type `ty`, one of the four above (a constant `ty`
+// folds the switch away): one work unit of GEMV_ROWS_PER_BLOCK rows, or WARPS_PER_BLOCK rows
+// of a GLU mode.
+__device__ __forceinline__ void gemv_warp_rows_q8a_typed(int ty, Q8aWindows window, const u8* w,
+                                                         const u8* w2, const i8* xq,
+                                                         const float2* xds, float* y, int n_rows,
+                                                         int n_cols, int mode, int block,
+                                                         GluQ8 q8) {
+    switch (ty) {
+        case GGML_Q8_0:
+            gemv_warp_rows_q8a<Q8aQ8_0>(window, w, w2, xq, xds, y, n_rows, n_cols, mode, block,
+                                        q8);
+            break;
+        case GGML_Q4_0:
+            gemv_warp_rows_q8a<Q8aQ4_0>(window, w, w2, xq, xds, y, n_rows, n_cols, mode, block,
+                                        q8);
+            break;
+        case GGML_Q4_K:
+            gemv_warp_rows_q8a<Q8aQ4_K>(window, w, w2, xq, xds, y, n_rows, n_cols, mode, block,
+                                        q8);
+            break;
+        case GGML_Q6_K:
+            gemv_warp_rows_q8a<Q8aQ6_K>(window, w, w2, xq, xds, y, n_rows, n_cols, mode, block,
+                                        q8);
+            break;
+    }
+}
+
+// The block's rows of a weight of type `ty`; blockIdx.y picks the token.
+__device__ __forceinline__ void gemv_rows_q8a(int ty, const u8* __restrict__ w,
+                                              const u8* __restrict__ w2,
                                               const i8* __restrict__ xq,
                                               const float2* __restrict__ xds,
                                               float* __restrict__ y, int n_rows, int n_cols,
@@ -365,32 +407,36 @@ __device__ __forceinline__ void gemv_rows_q8a(const u8* __restrict__ w, const u8
         q8.yds += (size_t)blockIdx.y * (n_rows / 32);
         q8.counts += (size_t)blockIdx.y * (n_rows / 32);
     }
-    gemv_warp_rows_q8a<B>(window[threadIdx.x / WARP_SIZE], w, w2, xq, xds, y, n_rows, n_cols,
-                          mode, block, q8);
+    gemv_warp_rows_q8a_typed(ty, window[threadIdx.x / WARP_SIZE], w, w2, xq, xds, y, n_rows,
+                             n_cols, mode, block, q8);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q8a_q8_0(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
               int n_cols, int mode, i8* yq, float2* yds, u32* counts) {
-    gemv_rows_q8a<Q8aQ8_0>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x, {yq, yds, counts});
+    gemv_rows_q8a(GGML_Q8_0, w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x,
+                  {yq, yds, counts});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q8a_q4_0(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
               int n_cols, int mode, i8* yq, float2* yds, u32* counts) {
-    gemv_rows_q8a<Q8aQ4_0>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x, {yq, yds, counts});
+    gemv_rows_q8a(GGML_Q4_0, w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x,
+                  {yq, yds, counts});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q8a_q4_k(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
               int n_cols, int mode, i8* yq, float2* yds, u32* counts) {
-    gemv_rows_q8a<Q8aQ4_K>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x, {yq, yds, counts});
+    gemv_rows_q8a(GGML_Q4_K, w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x,
+                  {yq, yds, counts});
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_q8a_q6_k(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
               int n_cols, int mode, i8* yq, float2* yds, u32* counts) {
-    gemv_rows_q8a<Q8aQ6_K>(w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x, {yq, yds, counts});
+    gemv_rows_q8a(GGML_Q6_K, w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x,
+                  {yq, yds, counts});
 }
 
 // Three matrices of one type reading the same activations (q, k, v), as gemv3_* in gemv.cu.
@@ -398,32 +444,43 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q8_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
     SEGMENT3(GEMV_ROWS_PER_BLOCK)
-    gemv_rows_q8a<Q8aQ8_0>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
-                          {nullptr, nullptr, nullptr});
+    gemv_rows_q8a(GGML_Q8_0, w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
+                  NO_GLU_Q8);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q4_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
     SEGMENT3(GEMV_ROWS_PER_BLOCK)
-    gemv_rows_q8a<Q8aQ4_0>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
-                          {nullptr, nullptr, nullptr});
+    gemv_rows_q8a(GGML_Q4_0, w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
+                  NO_GLU_Q8);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q4_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
     SEGMENT3(GEMV_ROWS_PER_BLOCK)
-    gemv_rows_q8a<Q8aQ4_K>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
-                          {nullptr, nullptr, nullptr});
+    gemv_rows_q8a(GGML_Q4_K, w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
+                  NO_GLU_Q8);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
 gemv3_q8a_q6_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols) {
     SEGMENT3(GEMV_ROWS_PER_BLOCK)
-    gemv_rows_q8a<Q8aQ6_K>(w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
-                          {nullptr, nullptr, nullptr});
+    gemv_rows_q8a(GGML_Q6_K, w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
+                  NO_GLU_Q8);
 }
 
-
+// Three matrices of any of the four types (each segment's own) reading the same activations:
+// Q4_K_M files keep v, and in some layers k, in Q6_K. The switch is per block, so a warp never
+// diverges on it.
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv3_q8a_mixed(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds,
+                float* y0, float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols,
+                int ty0, int ty1, int ty2) {
+    SEGMENT3(GEMV_ROWS_PER_BLOCK)
+    const int ty = seg == 0 ? ty0 : (seg == 1 ? ty1 : ty2);
+    gemv_rows_q8a(ty, w, nullptr, xq, xds, y, n_rows, n_cols, GEMV_STORE, block,
+                  NO_GLU_Q8);
+}

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 56] = [
+pub(crate) const KERNEL_NAMES: [&str; 57] = [
     "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
@@ -56,6 +56,7 @@ pub(crate) const KERNEL_NAMES: [&str; 56] = [
     "gemv3_q8a_q4_0",
     "gemv3_q8a_q4_k",
     "gemv3_q8a_q6_k",
+    "gemv3_q8a_mixed",
     "scatter_add_rows",
     "dequant_to_f16_typed",
     "gemv_mlx",
