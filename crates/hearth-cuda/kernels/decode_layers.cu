@@ -324,7 +324,8 @@ decode_layers(const unsigned long long* __restrict__ layers, int n_layers, float
             float* y = seg == 0 ? q : (seg == 1 ? k : v);
             gemv_warp_rows_q8a_typed(ty, win, w, nullptr, sq, sds, y, seg == 0 ? q_dim : kv_dim,
                                      n_embd, GEMV_STORE,
-                                     b - (seg == 0 ? 0 : (seg == 1 ? bq : bq + bk)), NO_GLU_Q8);
+                                     b - (seg == 0 ? 0 : (seg == 1 ? bq : bq + bk)), NO_GLU_Q8,
+                                     false);
         }
         DL_MARK(1)
         grid_barrier(counts, target);
@@ -390,7 +391,7 @@ decode_layers(const unsigned long long* __restrict__ layers, int n_layers, float
         for (int b = blockIdx.x; b < n_rows_embd; b += gridDim.x) {
             gemv_warp_rows_q8a_typed(t_o, win, reinterpret_cast<const u8*>(L[DL_WO]), nullptr,
                                      sq, sds, x, n_embd, q_dim, GEMV_ACCUMULATE, b,
-                                     NO_GLU_Q8);
+                                     NO_GLU_Q8, false);
         }
         prefetch_first_rows(reinterpret_cast<const u8*>(L[DL_DOWN]), nullptr, t_d, n_embd, n_ff,
                             ROWS_PER_WARP);
@@ -406,7 +407,8 @@ decode_layers(const unsigned long long* __restrict__ layers, int n_layers, float
         for (int b = blockIdx.x; b < n_glu; b += gridDim.x) {
             gemv_warp_rows_q8a_typed(t_gu, win, reinterpret_cast<const u8*>(L[DL_GATE]),
                                      reinterpret_cast<const u8*>(L[DL_UP]), sq, sds, act, n_ff,
-                                     n_embd, gelu ? GEMV_GLU_GELU : GEMV_GLU_SILU, b, act_q8);
+                                     n_embd, gelu ? GEMV_GLU_GELU : GEMV_GLU_SILU, b, act_q8,
+                                     false);
         }
         if (il + 1 < n_layers) {
             // The next layer's q, k and v rows (the first work unit's matrix of each warp).
@@ -436,7 +438,7 @@ decode_layers(const unsigned long long* __restrict__ layers, int n_layers, float
         for (int b = blockIdx.x; b < n_rows_embd; b += gridDim.x) {
             gemv_warp_rows_q8a_typed(t_d, win, reinterpret_cast<const u8*>(L[DL_DOWN]), nullptr,
                                      sq, sds, x, n_embd, n_ff, GEMV_ACCUMULATE, b,
-                                     NO_GLU_Q8);
+                                     NO_GLU_Q8, false);
         }
         DL_MARK(10)
         if (il + 1 < n_layers) grid_barrier(counts, target);

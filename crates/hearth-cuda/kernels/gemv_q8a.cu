@@ -357,6 +357,111 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
     if (glu && q8.yq != nullptr) quantize_when_complete(y, q8, row0, lane);
 }
 
+// Q4_K rows read straight into registers (1) instead of staged through shared memory (0) by
+// the GEMV kernels (the decode-layers kernel stages them, see gemv_warp_rows_q8a_typed).
+//
+// NOTE (H100, hearth bench tg128, two rounds in one call): Llama-3.1-8B Q4_K_M 298.0 / 302.6
+// -> 302.7 / 306.2 tok/s, Qwen3-0.6B Q4_K_M 771.0 / 779.2 -> 811.2 / 818.9. Held to 64
+// registers (8 blocks a multiprocessor instead of 6) it was slower: 295.6 / 296.3 and 791.9 /
+// 808.4.
+#ifndef Q8A_DIRECT_Q4K
+#define Q8A_DIRECT_Q4K 1
+#endif
+
+// Byte i (0..11) of a Q4_K block's packed scales, from its first 16 bytes held in `head`
+// (d | dmin | scales[12]).
+__device__ __forceinline__ int q4k_scale_byte(uint4 head, int i) {
+    const u32 word = i < 4 ? head.y : (i < 8 ? head.z : head.w);
+    return (int)((word >> (8 * (i & 3))) & 0xFFu);
+}
+
+// Q8aQ4_K::dot on a block held in registers: `head` its first 16 bytes, `q` the 32 bytes of
+// quants holding group g. The same arithmetic in the same order, so the same bits.
+__device__ __forceinline__ float q4k_dot_regs(uint4 head, const uint4* q, const uint4* xv,
+                                              float2 ds, int g) {
+    // scale_min_k4 without a branch: g is fixed per lane, but lanes 0-3 and 4-7 of a block
+    // would take different sides.
+    const int a = q4k_scale_byte(head, g), b = q4k_scale_byte(head, g + 4);
+    const int c = q4k_scale_byte(head, g < 4 ? g : g - 4);
+    const int scale = g < 4 ? (a & 63) : ((b & 15) | ((c >> 6) << 4));
+    const int min = g < 4 ? (b & 63) : ((b >> 4) | ((a >> 6) << 4));
+    const int shift = 4 * (g & 1);
+    int s = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        s = dp4a((q[h].x >> shift) & 0x0F0F0F0Fu, xv[h].x, s);
+        s = dp4a((q[h].y >> shift) & 0x0F0F0F0Fu, xv[h].y, s);
+        s = dp4a((q[h].z >> shift) & 0x0F0F0F0Fu, xv[h].z, s);
+        s = dp4a((q[h].w >> shift) & 0x0F0F0F0Fu, xv[h].w, s);
+    }
+    const float d = half_to_f32((u16)(head.x & 0xFFFFu));
+    const float dmin = half_to_f32((u16)(head.x >> 16));
+    return d * (float)scale * ds.x * (float)s - dmin * (float)min * ds.y;
+}
+
+// gemv_warp_rows_q8a for Q4_K weights without shared memory: each lane loads the 48 bytes of a
+// block it needs (the 16-byte head, its group's 32 quant bytes) with 16-byte read-only loads,
+// the next block's loads in flight while it multiplies the current one. The first block's
+// loads go out before the kernel before this one has ended. Rows are 16-byte aligned: weights
+// start at allocations and are cut in whole rows of 144-byte blocks.
+__device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__ w,
+                                                          const u8* __restrict__ w2,
+                                                          const i8* __restrict__ xq,
+                                                          const float2* __restrict__ xds,
+                                                          float* __restrict__ y, int n_rows,
+                                                          int n_cols, int mode, int block,
+                                                          GluQ8 q8) {
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const bool glu = mode >= GEMV_GLU_SILU;
+    const int row0 = (block * WARPS_PER_BLOCK + warp) * (glu ? 1 : ROWS_PER_WARP);
+    // NOTE: a whole warp leaves together and no block-wide barrier follows, so this is safe.
+    if (row0 >= n_rows) return;
+    const int n_blocks = n_cols / 256;
+    const size_t row_bytes = (size_t)n_blocks * 144;
+    const u8* rows[ROWS_PER_WARP];
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+        rows[r] = glu ? (r == 0 ? w : w2) + (size_t)row0 * row_bytes
+                      : w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
+    }
+    const int g = lane % 8;
+    const uint4* xq4 = reinterpret_cast<const uint4*>(xq);
+    uint4 head[ROWS_PER_WARP], q[ROWS_PER_WARP][2];
+    auto load = [&](int b, uint4* hd, uint4 (*qs)[2]) {
+#pragma unroll
+        for (int r = 0; r < ROWS_PER_WARP; ++r) {
+            const u8* blk = rows[r] + (size_t)b * 144;
+            hd[r] = __ldg(reinterpret_cast<const uint4*>(blk));
+            const uint4* qp = reinterpret_cast<const uint4*>(blk + 16 + 32 * (g >> 1));
+            qs[r][0] = __ldg(qp);
+            qs[r][1] = __ldg(qp + 1);
+        }
+    };
+    int b = lane / 8;
+    if (b < n_blocks) load(b, head, q);
+    await_previous_kernels();
+    float acc[ROWS_PER_WARP];
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] = 0.f;
+    for (; b < n_blocks; b += 4) {
+        uint4 next_head[ROWS_PER_WARP], next_q[ROWS_PER_WARP][2];
+        if (b + 4 < n_blocks) load(b + 4, next_head, next_q);
+        const int v = b * 256 + 32 * g;  // first value of the lane
+        const uint4 xv[2] = {xq4[v / 16], xq4[v / 16 + 1]};
+        const float2 ds = xds[v / 32];
+#pragma unroll
+        for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] += q4k_dot_regs(head[r], q[r], xv, ds, g);
+#pragma unroll
+        for (int r = 0; r < ROWS_PER_WARP; ++r) {
+            head[r] = next_head[r];
+            q[r][0] = next_q[r][0];
+            q[r][1] = next_q[r][1];
+        }
+    }
+    gemv_finish(acc, y, row0, n_rows, mode, lane);
+    if (glu && q8.yq != nullptr) quantize_when_complete(y, q8, row0, lane);
+}
+
 // GGML type codes (hearth_quant::GgmlType::id) of the weight types above.
 #define GGML_Q4_0 2
 #define GGML_Q8_0 8
@@ -365,12 +470,13 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
 
 // gemv_warp_rows_q8a for weights of GGML type `ty`, one of the four above (a constant `ty`
 // folds the switch away): one work unit of GEMV_ROWS_PER_BLOCK rows, or WARPS_PER_BLOCK rows
-// of a GLU mode.
+// of a GLU mode. `direct_q4k`: Q4_K as Q8A_DIRECT_Q4K says (the same bits either way); the
+// decode-layers kernel, which holds many more registers, always stages.
 __device__ __forceinline__ void gemv_warp_rows_q8a_typed(int ty, Q8aWindows window, const u8* w,
                                                          const u8* w2, const i8* xq,
                                                          const float2* xds, float* y, int n_rows,
                                                          int n_cols, int mode, int block,
-                                                         GluQ8 q8) {
+                                                         GluQ8 q8, bool direct_q4k) {
     switch (ty) {
         case GGML_Q8_0:
             gemv_warp_rows_q8a<Q8aQ8_0>(window, w, w2, xq, xds, y, n_rows, n_cols, mode, block,
@@ -381,8 +487,12 @@ __device__ __forceinline__ void gemv_warp_rows_q8a_typed(int ty, Q8aWindows wind
                                         q8);
             break;
         case GGML_Q4_K:
-            gemv_warp_rows_q8a<Q8aQ4_K>(window, w, w2, xq, xds, y, n_rows, n_cols, mode, block,
-                                        q8);
+            if (Q8A_DIRECT_Q4K && direct_q4k) {
+                gemv_warp_rows_q4k_direct(w, w2, xq, xds, y, n_rows, n_cols, mode, block, q8);
+            } else {
+                gemv_warp_rows_q8a<Q8aQ4_K>(window, w, w2, xq, xds, y, n_rows, n_cols, mode,
+                                            block, q8);
+            }
             break;
         case GGML_Q6_K:
             gemv_warp_rows_q8a<Q8aQ6_K>(window, w, w2, xq, xds, y, n_rows, n_cols, mode, block,
@@ -408,7 +518,7 @@ __device__ __forceinline__ void gemv_rows_q8a(int ty, const u8* __restrict__ w,
         q8.counts += (size_t)blockIdx.y * (n_rows / 32);
     }
     gemv_warp_rows_q8a_typed(ty, window[threadIdx.x / WARP_SIZE], w, w2, xq, xds, y, n_rows,
-                             n_cols, mode, block, q8);
+                             n_cols, mode, block, q8, true);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
