@@ -348,22 +348,7 @@ impl CudaBackend {
         let blocks: u32 = w.iter().map(|m| (m.rows as u32).div_ceil(per_block)).sum();
         if let Some((_, name3)) = q8a_gemv(w[0]).filter(|_| w.iter().all(|m| q8a_gemv(m).is_some()))
         {
-            let (xq, xds) = self.quantize_activations(st, x)?;
-            let args = [
-                Arg::P(w[0].ptr),
-                Arg::P(w[1].ptr),
-                Arg::P(w[2].ptr),
-                Arg::P(xq),
-                Arg::P(xds),
-                Arg::P(out[0].ptr),
-                Arg::P(out[1].ptr),
-                Arg::P(out[2].ptr),
-                Arg::I(w[0].rows as i32),
-                Arg::I(w[1].rows as i32),
-                Arg::I(w[2].rows as i32),
-                Arg::I(w[0].cols as i32),
-            ];
-            self.launch(st, name3, (blocks, x.rows as u32), GEMV_WARPS * 32, &args)?;
+            self.launch_gemv3_q8a(st, name3, w, x, out, false)?;
             return Ok(true);
         }
         let args = [
@@ -404,6 +389,21 @@ impl CudaBackend {
         if !mixed || !int8 {
             return Ok(false);
         }
+        self.launch_gemv3_q8a(st, "gemv3_q8a_mixed", w, x, out, true)?;
+        Ok(true)
+    }
+
+    /// A three-matrix int8-activation GEMV kernel (kernels/gemv_q8a.cu) after quantizing `x`;
+    /// `with_types`: the kernel also takes the matrices' GGML type codes.
+    fn launch_gemv3_q8a(
+        &self,
+        st: &mut State,
+        name: &'static str,
+        w: [&CudaWeight; 3],
+        x: &CudaTensor,
+        out: [&CudaTensor; 3],
+        with_types: bool,
+    ) -> Result<(), CudaError> {
         let per_block = GEMV_WARPS * GEMV_ROWS_PER_WARP;
         let blocks: u32 = w.iter().map(|m| (m.rows as u32).div_ceil(per_block)).sum();
         let (xq, xds) = self.quantize_activations(st, x)?;
@@ -424,14 +424,9 @@ impl CudaBackend {
             Arg::I(type_code(w[1].ty)),
             Arg::I(type_code(w[2].ty)),
         ];
-        self.launch(
-            st,
-            "gemv3_q8a_mixed",
-            (blocks, x.rows as u32),
-            GEMV_WARPS * 32,
-            &args,
-        )?;
-        Ok(true)
+        let n_args = if with_types { 15 } else { 12 };
+        let grid = (blocks, x.rows as u32);
+        self.launch(st, name, grid, GEMV_WARPS * 32, &args[..n_args])
     }
 
     /// `out = act(G · x) * (U · x)` in one GEMV pass when both weights have the same type
