@@ -269,6 +269,18 @@ __device__ __forceinline__ void quantize_when_complete(const float* y, GluQ8 out
     if (lane == 0) out.counts[group] = 0;
 }
 
+// The weight rows a warp multiplies from row0: plain modes rows row0, row0 + 1 of w (the last
+// row again past the end), GLU modes row row0 of w (gate) and of w2 (up).
+__device__ __forceinline__ void warp_weight_rows(const u8** rows, const u8* w, const u8* w2,
+                                                 bool glu, int row0, int n_rows,
+                                                 size_t row_bytes) {
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+        rows[r] = glu ? (r == 0 ? w : w2) + (size_t)row0 * row_bytes
+                      : w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
+    }
+}
+
 // One warp's two weight windows (shared memory).
 typedef uint4 (*Q8aWindows)[ROWS_PER_WARP][Q8A_WINDOW_VECS];
 
@@ -289,11 +301,7 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
     const int n_blocks = n_cols / B::QK;
     const size_t row_bytes = (size_t)n_blocks * B::BYTES;
     const u8* rows[ROWS_PER_WARP];
-#pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; ++r) {
-        rows[r] = glu ? (r == 0 ? w : w2) + (size_t)row0 * row_bytes
-                      : w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
-    }
+    warp_weight_rows(rows, w, w2, glu, row0, n_rows, row_bytes);
     const int lane_block = lane / B::LANES, sub = lane % B::LANES;
     const int blocks_per_step = WARP_SIZE / B::LANES;
     const int max_per_window = (Q8A_WINDOW_BYTES - 15) / B::BYTES;
@@ -419,11 +427,7 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
     const int n_blocks = n_cols / 256;
     const size_t row_bytes = (size_t)n_blocks * 144;
     const u8* rows[ROWS_PER_WARP];
-#pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; ++r) {
-        rows[r] = glu ? (r == 0 ? w : w2) + (size_t)row0 * row_bytes
-                      : w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
-    }
+    warp_weight_rows(rows, w, w2, glu, row0, n_rows, row_bytes);
     const int g = lane % 8;
     const uint4* xq4 = reinterpret_cast<const uint4*>(xq);
     uint4 head[ROWS_PER_WARP], q[ROWS_PER_WARP][2];
