@@ -255,7 +255,7 @@ pub(crate) fn attention(
     if !own_kv {
         rec.dispatch(
             &be.gpu,
-            Module::Attention(be.gpu.info.native_fma),
+            Module::Attention(be.gpu.info.native_fma, be.gpu.info.shader_f16),
             "kv_write",
             &binds,
             Grid::Threads(n * kv_dim / 2),
@@ -264,7 +264,7 @@ pub(crate) fn attention(
     if single_kernel {
         rec.dispatch(
             &be.gpu,
-            Module::Attention(be.gpu.info.native_fma),
+            Module::Attention(be.gpu.info.native_fma, be.gpu.info.shader_f16),
             "attention",
             &binds,
             Grid::Groups(n * p.n_heads),
@@ -300,7 +300,7 @@ pub(crate) fn attention(
     ] {
         rec.dispatch(
             &be.gpu,
-            Module::AttentionSplit(be.gpu.info.native_fma),
+            Module::AttentionSplit(be.gpu.info.native_fma, be.gpu.info.shader_f16),
             entry,
             &binds,
             Grid::Groups(groups),

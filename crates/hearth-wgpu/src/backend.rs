@@ -79,6 +79,14 @@ pub(crate) fn check(ok: bool, msg: impl FnOnce() -> String) -> Result<(), Backen
     }
 }
 
+/// Set to `0`, the kernels keep to u32 words where the adapter offers `f16` types.
+const F16_VAR: &str = "HEARTH_WGPU_F16";
+
+/// Whether `f16` types may be used where the adapter has them (`HEARTH_WGPU_F16`).
+fn f16_allowed() -> bool {
+    std::env::var(F16_VAR).as_deref() != Ok("0")
+}
+
 /// The bytes of a parameter struct of u32 / f32 fields.
 pub(crate) fn words(w: &[u32]) -> Vec<u8> {
     bytemuck::cast_slice(w).to_vec()
@@ -99,7 +107,17 @@ impl WgpuBackend {
     /// As [`open_with`](Self::open_with), with the multiply-add of the 8-bit matmuls chosen
     /// by `fma` (tests run both kinds on one device).
     pub fn open_with_fma(subgroups: bool, fma: FmaChoice) -> Result<WgpuBackend, WgpuError> {
-        let gpu = Gpu::open(subgroups, fma)?;
+        Self::open_with_options(subgroups, f16_allowed(), fma)
+    }
+
+    /// As [`open_with_fma`](Self::open_with_fma); `f16: false` keeps the kernels off `f16`
+    /// types even where the adapter has them (the path for adapters that lack them).
+    pub fn open_with_options(
+        subgroups: bool,
+        f16: bool,
+        fma: FmaChoice,
+    ) -> Result<WgpuBackend, WgpuError> {
+        let gpu = Gpu::open(subgroups, f16, fma)?;
         let rec = Mutex::new(Recorder::new(&gpu));
         let unused = |label| {
             gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -291,7 +309,7 @@ impl WgpuBackend {
     fn wait(&self) -> Result<(), BackendError> {
         let start = std::time::Instant::now();
         loop {
-            match self.gpu.device.poll(wgpu::PollType::Wait) {
+            match self.gpu.device.poll(wgpu::PollType::wait_indefinitely()) {
                 Ok(_) => break,
                 Err(wgpu::PollError::Timeout) if start.elapsed() < WAIT_LIMIT => {}
                 Err(e) => {
@@ -344,7 +362,11 @@ impl WgpuBackend {
             Ok(Err(e)) => return Err(WgpuError::Device(format!("read-back: {e}")).into()),
             Err(_) => return Err(WgpuError::Device("read-back did not complete".into()).into()),
         }
-        out.extend_from_slice(bytemuck::cast_slice(&slice.get_mapped_range()));
+        let mapped = slice
+            .get_mapped_range()
+            .map_err(|e| WgpuError::Device(format!("read-back: {e}")))?;
+        out.extend_from_slice(bytemuck::cast_slice(&mapped));
+        drop(mapped);
         staging.unmap();
         *self.staging.lock().unwrap_or_else(|p| p.into_inner()) = Some(staging);
         Ok(())

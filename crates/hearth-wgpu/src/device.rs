@@ -11,7 +11,8 @@ use crate::WgpuError;
 pub struct AdapterInfo {
     /// Adapter name and API ("llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)").
     pub name: String,
-    /// The adapter offers `f16` in shaders.
+    /// The kernels use `f16` types (the adapter offers shader-f16 and it was not turned off):
+    /// the KV cache is read and written as `vec2<f16>` (kernels/kv_words_f16.wgsl).
     pub shader_f16: bool,
     /// The adapter offers subgroup operations.
     pub subgroups: bool,
@@ -51,24 +52,28 @@ pub(crate) struct Gpu {
 
 impl Gpu {
     /// Open the first high-performance adapter (Metal on macOS, Vulkan elsewhere); subgroup
-    /// operations are used when the adapter has them and `subgroups` allows them, and the
-    /// device's own `fma` as `fma` says.
-    pub fn open(subgroups: bool, fma: FmaChoice) -> Result<Gpu, WgpuError> {
-        let instance = wgpu::Instance::new(&wgpu::InstanceDescriptor {
+    /// operations and `f16` types are used when the adapter has them and `subgroups` and
+    /// `f16` allow them, and the device's own `fma` as `fma` says.
+    pub fn open(subgroups: bool, f16: bool, fma: FmaChoice) -> Result<Gpu, WgpuError> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
             backends: wgpu::Backends::VULKAN | wgpu::Backends::METAL,
             // NOTE: not the debug-build default, which asks for the Vulkan validation layers
             // (absent on most machines, and a warning each run); WGPU_* variables still apply.
             flags: wgpu::InstanceFlags::empty().with_env(),
-            ..Default::default()
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
         });
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
             force_fallback_adapter: false,
             compatible_surface: None,
+            apply_limit_buckets: false,
         }))
         .map_err(|e| WgpuError::NoAdapter(format!("{e} (no Vulkan or Metal driver found)")))?;
         let ai = adapter.get_info();
-        let mut wanted = wgpu::Features::SHADER_F16;
+        let mut wanted = wgpu::Features::empty();
+        if f16 {
+            wanted |= wgpu::Features::SHADER_F16;
+        }
         if subgroups {
             wanted |= wgpu::Features::SUBGROUP;
         }
@@ -96,13 +101,14 @@ impl Gpu {
             label: Some("hearth"),
             required_features: features,
             required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         }))
         .map_err(|e| WgpuError::NoAdapter(format!("{}: {e}", ai.name)))?;
         let errors: Arc<Mutex<Option<String>>> = Arc::default();
         let sink = errors.clone();
-        device.on_uncaptured_error(Box::new(move |e| {
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
             slot.get_or_insert_with(|| one_line(&e.to_string()));
         }));

@@ -62,7 +62,7 @@ pub(crate) fn fma_is_fused(device: &wgpu::Device, queue: &wgpu::Queue) -> Result
         .map(|&[a, b, c]| a.mul_add(b, c).to_bits())
         .collect();
     let bytes = (t.len() * 4) as u64;
-    device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some("fma probe"),
         source: wgpu::ShaderSource::Wgsl(PROBE.into()),
@@ -107,7 +107,7 @@ pub(crate) fn fma_is_fused(device: &wgpu::Device, queue: &wgpu::Queue) -> Result
             },
         ],
     });
-    if let Some(e) = pollster::block_on(device.pop_error_scope()) {
+    if let Some(e) = pollster::block_on(scope.pop()) {
         return Err(e.to_string());
     }
     let mut encoder = device.create_command_encoder(&Default::default());
@@ -124,14 +124,20 @@ pub(crate) fn fma_is_fused(device: &wgpu::Device, queue: &wgpu::Queue) -> Result
         let _ = tx.send(r);
     });
     device
-        .poll(wgpu::PollType::Wait)
+        .poll(wgpu::PollType::wait_indefinitely())
         .map_err(|e| e.to_string())?;
     match rx.try_recv() {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => return Err("the read-back did not complete".into()),
     }
-    let got: Vec<u32> = bytemuck::cast_slice(&staging.slice(..).get_mapped_range()).to_vec();
+    let got: Vec<u32> = {
+        let mapped = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| e.to_string())?;
+        bytemuck::cast_slice(&mapped).to_vec()
+    };
     staging.unmap();
     Ok(got == expected)
 }

@@ -29,6 +29,8 @@ const ROPE: &str = include_str!("kernels/rope.wgsl");
 const ATTENTION_COMMON: &str = include_str!("kernels/attention_common.wgsl");
 const ATTENTION: &str = include_str!("kernels/attention.wgsl");
 const ATTENTION_SPLIT: &str = include_str!("kernels/attention_split.wgsl");
+const KV_WORDS: &str = include_str!("kernels/kv_words.wgsl");
+const KV_WORDS_F16: &str = include_str!("kernels/kv_words_f16.wgsl");
 const MLX_COMMON: &str = include_str!("kernels/mlx_common.wgsl");
 const MLX_MATMUL_COMMON: &str = include_str!("kernels/mlx_matmul_common.wgsl");
 const MLX_MATMUL: &str = include_str!("kernels/mlx_matmul.wgsl");
@@ -126,9 +128,11 @@ pub enum Module {
     Elementwise(bool),
     Norm(bool),
     Rope,
-    Attention(bool),
+    /// Attention, and whether the KV cache's words are typed `vec2<f16>` (adapters with
+    /// shader-f16) rather than u32 (kernels/kv_words.wgsl).
+    Attention(bool, bool),
     /// Attention split over the positions, for few tokens over a long context.
-    AttentionSplit(bool),
+    AttentionSplit(bool, bool),
     /// The index of each row's largest value (greedy decoding).
     Argmax,
     /// The k best values of each row (sampling with a top-k stage).
@@ -184,9 +188,13 @@ impl Module {
                 Module::Quantize(native_fma),
                 Module::Elementwise(native_fma),
                 Module::Norm(native_fma),
-                Module::Attention(native_fma),
-                Module::AttentionSplit(native_fma),
             ]);
+            for f16 in [false, true] {
+                all.extend([
+                    Module::Attention(native_fma, f16),
+                    Module::AttentionSplit(native_fma, f16),
+                ]);
+            }
         }
         all
     }
@@ -209,8 +217,8 @@ impl Module {
             Module::Norm(_) => &[RW, R, R, R, RW, RW, R],
             Module::Rope => &[RW, R, R],
             Module::Quantize(_) => &[R, RW, R],
-            Module::Attention(_) => &[R, R, R, RW, RW, RW, R, R, RW, R, R],
-            Module::AttentionSplit(_) => &[R, R, R, RW, R, R, RW],
+            Module::Attention(..) => &[R, R, R, RW, RW, RW, R, R, RW, R, R],
+            Module::AttentionSplit(..) => &[R, R, R, RW, R, R, RW],
             Module::Argmax => &[R, RW, RW, R],
             Module::TopK => &[R, RW, R],
         }
@@ -237,17 +245,30 @@ impl Module {
             Module::TopK => format!("{PRELUDE}\n{TOP_K}"),
             Module::Elementwise(f) => with_exact(f, &[ELEMENTWISE]),
             Module::Norm(f) => with_exact(f, &[QUANTIZE_COMMON, DOUBLE_WORD, NORM]),
-            Module::Attention(f) => with_exact(
-                f,
-                &[QUANTIZE_COMMON, DOUBLE_WORD, ATTENTION_COMMON, ATTENTION],
+            Module::Attention(f, f16) => with_kv_words(
+                f16,
+                with_exact(
+                    f,
+                    &[QUANTIZE_COMMON, DOUBLE_WORD, ATTENTION_COMMON, ATTENTION],
+                ),
             ),
-            Module::AttentionSplit(f) => with_exact(f, &[ATTENTION_COMMON, ATTENTION_SPLIT]),
+            Module::AttentionSplit(f, f16) => {
+                with_kv_words(f16, with_exact(f, &[ATTENTION_COMMON, ATTENTION_SPLIT]))
+            }
         }
     }
 
     /// Whether the module needs subgroup operations from the device.
     pub fn uses_subgroups(self) -> bool {
         matches!(self, Module::Matmul(_, true))
+    }
+
+    /// Whether the module needs shader-f16 from the device.
+    pub fn uses_f16(self) -> bool {
+        matches!(
+            self,
+            Module::Attention(_, true) | Module::AttentionSplit(_, true)
+        )
     }
 }
 
@@ -337,6 +358,16 @@ fn with_exact(native_fma: bool, parts: &[&str]) -> String {
         exact_math(native_fma),
         parts.join("\n")
     )
+}
+
+/// `source` with the KV cache's word type and its conversions: `vec2<f16>` (`f16`, behind the
+/// `enable f16;` that must open the module) or u32.
+fn with_kv_words(f16: bool, source: String) -> String {
+    if f16 {
+        format!("enable f16;\n{source}\n{KV_WORDS_F16}")
+    } else {
+        format!("{source}\n{KV_WORDS}")
+    }
 }
 
 /// matmul_int8_common.wgsl, without its sixteen-block loop where fma is emulated.

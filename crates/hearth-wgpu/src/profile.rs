@@ -189,10 +189,12 @@ impl Profiler {
         let slice = self.readback.slice(..16 * n as u64);
         slice.map_async(wgpu::MapMode::Read, |_| {});
         gpu.device
-            .poll(wgpu::PollType::Wait)
+            .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| WgpuError::Device(format!("profiling: {e}")))?;
         {
-            let data = slice.get_mapped_range();
+            let data = slice
+                .get_mapped_range()
+                .map_err(|e| WgpuError::Device(format!("profiling: {e}")))?;
             let ticks: &[u64] = bytemuck::cast_slice(&data);
             for (i, entry) in self.entries.iter().enumerate() {
                 let (start, end) = (ticks[2 * i], ticks[2 * i + 1]);

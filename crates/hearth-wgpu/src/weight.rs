@@ -285,9 +285,9 @@ impl WgpuBackend {
     /// A buffer holding `bytes`, or an error naming tensor `name` where device memory is short.
     fn init_weight_buffer(&self, name: &str, bytes: &[u8]) -> Result<wgpu::Buffer, BackendError> {
         let device = &self.gpu.device;
-        device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buf = self.init_buffer(name, bytes);
-        let oom = pollster::block_on(device.pop_error_scope());
+        let oom = pollster::block_on(scope.pop());
         let buf = buf?;
         if let Some(e) = oom {
             return Err(BackendError::Device(format!(
@@ -325,14 +325,14 @@ impl WgpuBackend {
         // device's memory does, and running out of it is an error about this tensor rather
         // than a device error at the next submit.
         let device = &self.gpu.device;
-        device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let uploaded = plan.into_iter().try_for_each(|rows| {
             let part = &bytes[rows.start * row_bytes..rows.end * row_bytes];
             let buf = self.init_buffer(name, part)?;
             parts.push(WeightPart::whole(buf, rows));
             Ok::<(), BackendError>(())
         });
-        let oom = pollster::block_on(device.pop_error_scope());
+        let oom = pollster::block_on(scope.pop());
         uploaded?;
         if let Some(e) = oom {
             return Err(BackendError::Device(format!(

@@ -592,6 +592,78 @@ fn split_attention_over_a_long_context() {
     }
 }
 
+/// Where the adapter has shader-f16, the attention kernels read and write the KV cache as
+/// `vec2<f16>`: the same bits as through u32 words, for prompts, decode steps that write their
+/// own keys and values (with QK-norm and RoPE in the kernel), and the split kernels over a long
+/// context; with values small enough to be subnormal in f16.
+#[test]
+fn f16_cache_words_give_the_bits_of_u32_words() {
+    let Some(g) = gpu() else { return };
+    let open = |f16| WgpuBackend::open_with_options(true, f16, FmaChoice::Probe).expect("device");
+    let (typed, words) = (open(true), open(false));
+    if !typed.name().contains("f16") {
+        eprintln!(
+            "SKIPPED (no shader-f16 on {}): the u32 path is the only one",
+            g.name()
+        );
+        return;
+    }
+    assert!(!words.name().contains("f16"), "{}", words.name());
+    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    let mut rng = StdRng::seed_from_u64(13);
+    let hd = 64;
+    let (qn, kn) = (random(&mut rng, hd), random(&mut rng, hd));
+    let qk = QkNormRope {
+        norms: Some((qn.as_slice(), kn.as_slice())),
+        rope: RopeSpec {
+            kind: RopeKind::Neox,
+            n_rot: hd,
+            freq_base: 1e6,
+            freq_scale: 1.0,
+            freq_factors: vec![],
+        },
+        one_op: true,
+    };
+    // 6e-5 and below are subnormal in f16.
+    for scale in [3.0, 2e-5] {
+        let data: Vec<Vec<f32>> = (0..9)
+            .map(|_| {
+                random(&mut rng, 11 * 256)
+                    .iter()
+                    .map(|v| v * scale)
+                    .collect()
+            })
+            .collect();
+        for qk in [None, Some(&qk)] {
+            let run = |be: &WgpuBackend| {
+                bits(attention_on(
+                    be,
+                    &data,
+                    (hd, 4),
+                    Some(5),
+                    None,
+                    qk,
+                    &mut |_| {},
+                ))
+            };
+            assert_eq!(
+                run(&typed),
+                run(&words),
+                "scale {scale}, qk {}",
+                qk.is_some()
+            );
+        }
+    }
+    for (len, window) in [(300, None), (300, Some(150))] {
+        let run = |be: &WgpuBackend| bits(long_attention_on(be, 5, len, window, hd));
+        assert_eq!(
+            run(&typed),
+            run(&words),
+            "long attention {len} window {window:?}"
+        );
+    }
+}
+
 #[test]
 fn bad_inputs_are_errors() {
     let Some(g) = gpu() else { return };

@@ -245,10 +245,10 @@ struct Device {
 }
 
 fn device() -> Option<Device> {
-    let instance = wgpu::Instance::new(&wgpu::InstanceDescriptor {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
         backends: wgpu::Backends::VULKAN | wgpu::Backends::METAL,
         flags: wgpu::InstanceFlags::empty().with_env(),
-        ..Default::default()
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
     });
     let adapter = match pollster::block_on(instance.request_adapter(&Default::default())) {
         Ok(a) => a,
@@ -338,9 +338,9 @@ fn run(dev: &Device, entry: &str, inputs: &[[f32; 2]]) -> Vec<f32> {
     staging
         .slice(..)
         .map_async(wgpu::MapMode::Read, |r| r.expect("map"));
-    d.poll(wgpu::PollType::Wait).expect("poll");
-    let got: Vec<f32> = bytemuck::cast_slice(&staging.slice(..).get_mapped_range()).to_vec();
-    got
+    d.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+    let mapped = staging.slice(..).get_mapped_range().expect("mapped");
+    bytemuck::cast_slice(&mapped).to_vec()
 }
 
 /// The grid above covers x · y groups with x = min(groups, 65535): exact when groups ≤ 65535

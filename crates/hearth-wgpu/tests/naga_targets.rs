@@ -11,12 +11,17 @@ fn validated(m: Module) -> (naga::Module, naga::valid::ModuleInfo) {
     let src = m.source();
     let module = naga::front::wgsl::parse_str(&src)
         .unwrap_or_else(|e| panic!("{m:?}: {}", e.emit_to_string(&src)));
-    // Subgroup kernels need the subgroup capability (and only those kernels ask for it).
-    let caps = if m.uses_subgroups() {
-        Capabilities::SUBGROUP | Capabilities::SHADER_FLOAT16
-    } else {
-        Capabilities::SHADER_FLOAT16
-    };
+    // Subgroup kernels need the subgroup capability, f16 kernels shader-f16, and only those
+    // kernels may ask for them. `pack2x16float` / `unpack2x16float` need f16 precision in
+    // f32 values, which every Vulkan and Metal adapter has (wgpu's downlevel
+    // SHADER_F16_IN_F32).
+    let mut caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    if m.uses_subgroups() {
+        caps |= Capabilities::SUBGROUP;
+    }
+    if m.uses_f16() {
+        caps |= Capabilities::SHADER_FLOAT16;
+    }
     let info = Validator::new(ValidationFlags::all(), caps)
         .validate(&module)
         .unwrap_or_else(|e| panic!("{m:?}: {}", e.emit_to_string(&src)));
@@ -45,6 +50,12 @@ fn every_module_translates_to_msl() {
                 "{m:?}: subgroupAdd did not become simd_sum"
             );
         }
+        if m.uses_f16() {
+            assert!(
+                text.contains("half2"),
+                "{m:?}: vec2<f16> did not become half2"
+            );
+        }
     }
 }
 
@@ -69,6 +80,26 @@ fn subgroup_use_is_declared() {
     for m in Module::all() {
         let uses = m.source().contains("subgroupAdd");
         assert_eq!(uses, m.uses_subgroups(), "{m:?}");
+    }
+}
+
+/// Modules typed with `f16` say so (they need an adapter with shader-f16), and each has a
+/// twin without `f16` for adapters that lack it.
+#[test]
+fn f16_use_is_declared() {
+    let all = Module::all();
+    let f16: Vec<_> = all.iter().filter(|m| m.uses_f16()).collect();
+    assert!(!f16.is_empty());
+    for m in &all {
+        assert_eq!(m.source().contains("enable f16;"), m.uses_f16(), "{m:?}");
+    }
+    for m in f16 {
+        let twin = match *m {
+            Module::Attention(f, true) => Module::Attention(f, false),
+            Module::AttentionSplit(f, true) => Module::AttentionSplit(f, false),
+            other => panic!("{other:?}: no twin without f16"),
+        };
+        assert!(all.contains(&twin), "{twin:?}");
     }
 }
 

@@ -1,4 +1,4 @@
-// Paged attention over an f16 KV cache (two f16 per u32 word).
+// Paged attention over an f16 KV cache (two f16 per word: kv_words.wgsl).
 //
 // ```text
 //  cache slots (per layer):  [ block 0 | block 1 | block 2 | ... ]   each block = block_size slots
@@ -22,8 +22,8 @@
 @group(0) @binding(0) var<storage, read> q: array<f32>;         // [n_tokens, n_heads * head_dim]
 @group(0) @binding(1) var<storage, read> k: array<f32>;         // [n_tokens, kv_dim]
 @group(0) @binding(2) var<storage, read> v: array<f32>;         // [n_tokens, kv_dim]
-@group(0) @binding(3) var<storage, read_write> kc: array<u32>;  // [slots, kv_dim / 2] f16 pairs
-@group(0) @binding(4) var<storage, read_write> vc: array<u32>;  // [slots, kv_dim / 2]
+@group(0) @binding(3) var<storage, read_write> kc: array<kv_word>; // [slots, kv_dim / 2] f16 pairs
+@group(0) @binding(4) var<storage, read_write> vc: array<kv_word>; // [slots, kv_dim / 2]
 @group(0) @binding(5) var<storage, read_write> out: array<f32>; // [n_tokens, n_heads * head_dim]
 @group(0) @binding(6) var<storage, read> p: AttnParams;
 @group(0) @binding(7) var<storage, read> aux: array<u32>;       // [n_tokens, 2] (pos, table), tables
@@ -41,8 +41,8 @@ fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     let t = i / half_dim;
     let d = i % half_dim;
     let slot = slot_of(aux[2u * t + 1u], aux[2u * t]);
-    kc[slot * half_dim + d] = pack_f16(k[2u * i], k[2u * i + 1u]);
-    vc[slot * half_dim + d] = pack_f16(v[2u * i], v[2u * i + 1u]);
+    kc[slot * half_dim + d] = kv_pack(k[2u * i], k[2u * i + 1u]);
+    vc[slot * half_dim + d] = kv_pack(v[2u * i], v[2u * i + 1u]);
 }
 
 // With p.own_kv (a decode step: every token its sequence's only one), `attention` also does
@@ -51,13 +51,13 @@ fn kv_write(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
 // have run yet), so every workgroup takes its token's own key and value from `k` and `v`,
 // packed to f16 words as kv_write packs them, into own_k / own_v: the same words, the same
 // bits. Other positions are never written by this dispatch.
-var<workgroup> own_k: array<u32, 128>;
-var<workgroup> own_v: array<u32, 128>;
+var<workgroup> own_k: array<kv_word, 128>;
+var<workgroup> own_v: array<kv_word, 128>;
 
 // Word w of the token's own value (see above), for attention_common.wgsl's `add_values`
 // (which this kernel does not call: `partial_score` and `add_tile_values` read own_k and
 // own_v themselves).
-fn own_value_word(w: u32) -> u32 {
+fn own_value_word(w: u32) -> kv_word {
     return own_v[w];
 }
 
@@ -69,13 +69,13 @@ fn take_own_kv(t: u32, h: u32, kv_head: u32, slot: u32, lid: u32) {
     let at = t * 2u * half_dim + kv_head * p.head_dim;
     let writes = h % (p.n_heads / p.n_kv_heads) == 0u;
     for (var d = lid; d < half; d += WG) {
-        var kw = 0u;
+        var kw: kv_word;
         if (p.qk_norm != 0u) {
-            kw = pack_f16(normed[256u + 2u * d], normed[256u + 2u * d + 1u]);
+            kw = kv_pack(normed[256u + 2u * d], normed[256u + 2u * d + 1u]);
         } else {
-            kw = pack_f16(k[at + 2u * d], k[at + 2u * d + 1u]);
+            kw = kv_pack(k[at + 2u * d], k[at + 2u * d + 1u]);
         }
-        let vw = pack_f16(v[at + 2u * d], v[at + 2u * d + 1u]);
+        let vw = kv_pack(v[at + 2u * d], v[at + 2u * d + 1u]);
         own_k[d] = kw;
         own_v[d] = vw;
         if (writes) {
@@ -191,16 +191,16 @@ fn partial_score(at: u32, w0: u32, w1: u32, own: bool) -> f32 {
     var s = 0.0;
     var d = w0;
     for (; d + 8u <= w1; d += 8u) {
-        let w = array<u32, 8>(kc[at + d], kc[at + d + 1u], kc[at + d + 2u], kc[at + d + 3u],
+        let w = array<kv_word, 8>(kc[at + d], kc[at + d + 1u], kc[at + d + 2u], kc[at + d + 3u],
                               kc[at + d + 4u], kc[at + d + 5u], kc[at + d + 6u],
                               kc[at + d + 7u]);
         for (var i = 0u; i < 8u; i++) {
-            let kk = unpack2x16float(select(w[i], own_k[d + i], own));
+            let kk = kv_pair(select(w[i], own_k[d + i], own));
             s += keep(qs[2u * (d + i)] * kk.x) + keep(qs[2u * (d + i) + 1u] * kk.y);
         }
     }
     for (; d < w1; d++) {
-        let kk = unpack2x16float(select(kc[at + d], own_k[d], own));
+        let kk = kv_pair(select(kc[at + d], own_k[d], own));
         s += keep(qs[2u * d] * kk.x) + keep(qs[2u * d + 1u] * kk.y);
     }
     return s;
@@ -382,18 +382,18 @@ fn add_tile_values(acc: vec2<f32>, r0: u32, r1: u32, w: u32, own: u32) -> vec2<f
     var a = acc;
     var r = r0;
     for (; r + 8u <= r1; r += 8u) {
-        let x = array<u32, 8>(vc[tile_at[r] + w], vc[tile_at[r + 1u] + w],
+        let x = array<kv_word, 8>(vc[tile_at[r] + w], vc[tile_at[r + 1u] + w],
                               vc[tile_at[r + 2u] + w], vc[tile_at[r + 3u] + w],
                               vc[tile_at[r + 4u] + w], vc[tile_at[r + 5u] + w],
                               vc[tile_at[r + 6u] + w], vc[tile_at[r + 7u] + w]);
         for (var i = 0u; i < 8u; i++) {
-            let pair = unpack2x16float(select(x[i], own_v[w], r + i == own));
+            let pair = kv_pair(select(x[i], own_v[w], r + i == own));
             a.x += keep(weights[r + i] * pair.x);
             a.y += keep(weights[r + i] * pair.y);
         }
     }
     for (; r < r1; r++) {
-        let pair = unpack2x16float(select(vc[tile_at[r] + w], own_v[w], r == own));
+        let pair = kv_pair(select(vc[tile_at[r] + w], own_v[w], r == own));
         a.x += keep(weights[r] * pair.x);
         a.y += keep(weights[r] * pair.y);
     }

@@ -1,8 +1,8 @@
 // What the attention kernels share (attention.wgsl, attention_split.wgsl): their parameters,
 // the slot of a position in the paged cache, a query-key score and a weighted sum of values.
-// The including file declares `kc` and `vc` (the key and value caches), `p`, `aux`,
-// `weights` (a tile's softmax weights, `array<f32, 64>` in workgroup memory) and
-// `own_value_word`.
+// The including file declares `kc` and `vc` (the key and value caches, `array<kv_word>`: see
+// kv_words.wgsl), `p`, `aux`, `weights` (a tile's softmax weights, `array<f32, 64>` in
+// workgroup memory) and `own_value_word`.
 
 struct AttnParams {
     n_tokens: u32,
@@ -47,16 +47,16 @@ fn score(kv_head: u32, table: u32, j: u32) -> f32 {
     let n = p.head_dim / 2u;
     var d = 0u;
     for (; d + 8u <= n; d += 8u) {
-        var w = array<u32, 8>(kc[base + d], kc[base + d + 1u], kc[base + d + 2u],
+        var w = array<kv_word, 8>(kc[base + d], kc[base + d + 1u], kc[base + d + 2u],
                               kc[base + d + 3u], kc[base + d + 4u], kc[base + d + 5u],
                               kc[base + d + 6u], kc[base + d + 7u]);
         for (var i = 0u; i < 8u; i++) {
-            let kk = unpack2x16float(w[i]);
+            let kk = kv_pair(w[i]);
             s += keep(qs[2u * (d + i)] * kk.x) + keep(qs[2u * (d + i) + 1u] * kk.y);
         }
     }
     for (; d < n; d++) {
-        let kk = unpack2x16float(kc[base + d]);
+        let kk = kv_pair(kc[base + d]);
         s += keep(qs[2u * d] * kk.x) + keep(qs[2u * d + 1u] * kk.y);
     }
     return scaled_score(s);
@@ -100,14 +100,14 @@ fn add_values(acc: ptr<function, array<f32, 4>>, table: u32, start: u32, n: u32,
             let d = lid + 64u * r;
             if (d < hd) {
                 let w = d / 2u;
-                var vals = array<u32, 8>(vc[base[0] + w], vc[base[1] + w], vc[base[2] + w],
+                var vals = array<kv_word, 8>(vc[base[0] + w], vc[base[1] + w], vc[base[2] + w],
                                          vc[base[3] + w], vc[base[4] + w], vc[base[5] + w],
                                          vc[base[6] + w], vc[base[7] + w]);
                 if (own - jj < 8u) {
                     vals[own - jj] = own_value_word(w);
                 }
                 for (var i = 0u; i < 8u; i++) {
-                    let pair = unpack2x16float(vals[i]);
+                    let pair = kv_pair(vals[i]);
                     (*acc)[r] += keep(weights[jj + i] * select(pair.x, pair.y, (d & 1u) == 1u));
                 }
             }
@@ -121,13 +121,13 @@ fn add_values(acc: ptr<function, array<f32, 4>>, table: u32, start: u32, n: u32,
         for (var r = 0u; r < 4u; r++) {
             let d = lid + 64u * r;
             if (d < hd) {
-                var vals = array<u32, 4>(vc[base[0] + d / 2u], vc[base[1] + d / 2u],
+                var vals = array<kv_word, 4>(vc[base[0] + d / 2u], vc[base[1] + d / 2u],
                                          vc[base[2] + d / 2u], vc[base[3] + d / 2u]);
                 if (own - jj < 4u) {
                     vals[own - jj] = own_value_word(d / 2u);
                 }
                 for (var i = 0u; i < 4u; i++) {
-                    let pair = unpack2x16float(vals[i]);
+                    let pair = kv_pair(vals[i]);
                     (*acc)[r] += keep(weights[jj + i] * select(pair.x, pair.y, (d & 1u) == 1u));
                 }
             }
@@ -142,7 +142,7 @@ fn add_values(acc: ptr<function, array<f32, 4>>, table: u32, start: u32, n: u32,
                 if (jj == own) {
                     word = own_value_word(d / 2u);
                 }
-                let pair = unpack2x16float(word);
+                let pair = kv_pair(word);
                 (*acc)[r] += keep(weights[jj] * select(pair.x, pair.y, (d & 1u) == 1u));
             }
         }

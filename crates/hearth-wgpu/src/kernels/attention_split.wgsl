@@ -13,16 +13,16 @@
 // Chunk c covers positions start + 64c ..; chunks past a token's own position are empty.
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;          // [n_tokens, n_heads * head_dim]
-@group(0) @binding(1) var<storage, read> kc: array<u32>;         // [slots, kv_dim / 2] f16 pairs
-@group(0) @binding(2) var<storage, read> vc: array<u32>;         // [slots, kv_dim / 2]
+@group(0) @binding(1) var<storage, read> kc: array<kv_word>;     // [slots, kv_dim / 2] f16 pairs
+@group(0) @binding(2) var<storage, read> vc: array<kv_word>;     // [slots, kv_dim / 2]
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;  // [n_tokens, n_heads * head_dim]
 @group(0) @binding(4) var<storage, read> p: AttnParams;
 @group(0) @binding(5) var<storage, read> aux: array<u32>;        // as in attention.wgsl
 @group(0) @binding(6) var<storage, read_write> part: array<f32>; // the scratch above
 
 // The split kernels read every position from the cache (kv_write runs before them).
-fn own_value_word(w: u32) -> u32 {
-    return 0u;
+fn own_value_word(w: u32) -> kv_word {
+    return kv_word();
 }
 
 var<workgroup> red_m: array<f32, 64>;
