@@ -12,6 +12,8 @@ if scripts/setup-lavapipe.sh; then
 fi
 # A one-off build gains nothing from incremental state, which would double the build directory.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# The workspace builds for Apple Silicon macOS (checked, not run: no Mac here).
+scripts/check-macos.sh
 cargo test --workspace --locked --no-fail-fast "$@"
 # The golden model tests again with the wgpu backend (lavapipe here): small models, few tokens.
 if [[ "${HEARTH_REQUIRE_WGPU:-}" == 1 ]]; then
