@@ -212,7 +212,7 @@ mod tests {
             // each size exercises both the keep-as-is and the copy path.
             for attempt in 0..16u8 {
                 let bytes: Vec<u8> = (0..len).map(|i| (i as u8) ^ attempt).collect();
-                let misaligned = bytes.as_ptr() as usize % BUFFER_ALIGN != 0;
+                let misaligned = !(bytes.as_ptr() as usize).is_multiple_of(BUFFER_ALIGN);
                 let expected = bytes.clone();
                 let storage = Storage::owned(bytes);
                 assert_eq!(storage.bytes(), &expected[..]);
