@@ -6,6 +6,11 @@
 #               then ROUNDS rounds of wgpu / wgpu with HEARTH_WGPU_F16=0 / CUDA on synthetic
 #               Qwen3-0.6B and Llama-3.2-1B shapes (Q8_0, quantized by hearth), `hearth bench
 #               -p 512 -n 128 -r 3`, and a decode profile;
+#   PART=profile  decode profiles (PROFILES: HEARTH_WGPU_PROFILE values, default 1: GPU time
+#               per kernel; host: the host's recording and waiting) of hearth and, where carried,
+#               hearth-base (or hearth-base.xz: the build to compare with) on both shapes, and
+#               a tg128 of each;
+#   PART=submit  tg128 of both shapes at several batch sizes (HEARTH_WGPU_SUBMIT_EVERY);
 #   PART=llama  llama.cpp built with CUDA (scripts/device/bench_cuda.sh's build, models and
 #               llama phases on Qwen3-0.6B Q8_0, quantized by llama.cpp), then hearth's wgpu and
 #               CUDA backends on the same file, alternating.
@@ -22,7 +27,9 @@ rounds=${ROUNDS:-3}
 status=0
 
 [ -f "$bin/tests.tar.xz" ] && tar -C "$bin" -xJf "$bin/tests.tar.xz"
-[ -f "$bin/hearth.xz" ] && { xz -dc "$bin/hearth.xz" >"$bin/hearth" && chmod +x "$bin/hearth"; }
+for name in hearth hearth-base; do
+  [ -f "$bin/$name.xz" ] && { xz -dc "$bin/$name.xz" >"$bin/$name" && chmod +x "$bin/$name"; }
+done
 # shellcheck source=scripts/device/gpu_env.sh
 source scripts/device/gpu_env.sh
 
@@ -43,6 +50,53 @@ bench() {
     grep -E '^(pp|tg)' | tr '\n' ' '
 }
 
+# Synthetic Q8_0 files of both shapes in $work, quantized by hearth.
+make_models() {
+  for preset in qwen3-0.6b llama-3.2-1b; do
+    [ -f "$work/$preset-Q8_0.gguf" ] && continue
+    python3 "$bin/synth_gguf.py" "$preset" "$work/$preset-f16.gguf" >>"$out/synth.log" 2>&1 &&
+      "$bin/hearth" quantize "$work/$preset-f16.gguf" "$work/$preset-Q8_0.gguf" Q8_0 \
+        >>"$out/quantize.log" 2>&1 || status=1
+    rm -f "$work/$preset-f16.gguf"
+  done
+}
+
+part_profile() {
+  make_models
+  for preset in qwen3-0.6b llama-3.2-1b; do
+    for name in hearth hearth-base; do
+      [ -x "$bin/$name" ] || continue
+      echo "== $name $preset: $(bench_with "$bin/$name" "$work/$preset-Q8_0.gguf")"
+      for kind in ${PROFILES:-1}; do
+        HEARTH_WGPU_PROFILE=$kind timeout 240 "$bin/$name" bench "$work/$preset-Q8_0.gguf" \
+          --device wgpu -p 16 -n 64 -r 1 >"$out/profile-$kind-$name-$preset.txt" 2>&1 ||
+          status=1
+        sed -n '/time by kernel/,$p;/host time/,$p' "$out/profile-$kind-$name-$preset.txt" |
+          head -14
+      done
+    done
+  done
+}
+
+# tg128 of both shapes at each HEARTH_WGPU_SUBMIT_EVERY in SUBMIT_EVERY (dispatches per batch;
+# 0: one batch a step), two rounds.
+part_submit() {
+  make_models
+  for round in 1 2; do
+    for preset in qwen3-0.6b llama-3.2-1b; do
+      for every in ${SUBMIT_EVERY:-16 32 64 128 256 0}; do
+        echo "round $round $preset every $every: $(HEARTH_WGPU_SUBMIT_EVERY=$every bench_with \
+          "$bin/hearth" "$work/$preset-Q8_0.gguf")"
+      done
+    done
+  done
+}
+
+# `bench` with another binary: binary, model.
+bench_with() {
+  timeout 150 "$1" bench "$2" --device wgpu -p 512 -n 128 -r 3 2>&1 | grep -E '^tg' | tr '\n' ' '
+}
+
 part_tests() {
   check test-wgpu-conformance
   check test-wgpu-normed_input
@@ -51,12 +105,7 @@ part_tests() {
     HEARTH_WGPU_F16=$f16 HEARTH_TEST_DEVICE=wgpu check test-engine-golden_models qwen3_tiny
   done
   HEARTH_TEST_DEVICE=wgpu check test-engine-mlx_folder
-  for preset in qwen3-0.6b llama-3.2-1b; do
-    python3 "$bin/synth_gguf.py" "$preset" "$work/$preset-f16.gguf" >>"$out/synth.log" 2>&1 &&
-      "$bin/hearth" quantize "$work/$preset-f16.gguf" "$work/$preset-Q8_0.gguf" Q8_0 \
-        >>"$out/quantize.log" 2>&1 || status=1
-    rm -f "$work/$preset-f16.gguf"
-  done
+  make_models
   echo "== wgpu, wgpu without f16 KV words, CUDA (Q8_0)"
   for round in $(seq "$rounds"); do
     for preset in qwen3-0.6b llama-3.2-1b; do
@@ -87,8 +136,10 @@ part_llama() {
 case "${PART:-tests}" in
   tests) part_tests ;;
   llama) part_llama ;;
+  profile) part_profile ;;
+  submit) part_submit ;;
   *)
-    echo "PART is tests or llama"
+    echo "PART is tests, profile, submit or llama"
     status=1
     ;;
 esac
