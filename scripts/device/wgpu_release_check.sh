@@ -78,15 +78,17 @@ part_profile() {
   done
 }
 
-# tg128 of both shapes at each HEARTH_WGPU_SUBMIT_EVERY in SUBMIT_EVERY (dispatches per batch;
-# 0: one batch a step), two rounds.
+# tg128 of both shapes at each HEARTH_WGPU_FIRST_BATCH in FIRST_BATCHES (a step's first batch)
+# and HEARTH_WGPU_SUBMIT_EVERY in SUBMIT_EVERY (the largest; 0: one batch a step), two rounds.
 part_submit() {
   make_models
   for round in 1 2; do
     for preset in qwen3-0.6b llama-3.2-1b; do
-      for every in ${SUBMIT_EVERY:-16 32 64 128 256 0}; do
-        echo "round $round $preset every $every: $(HEARTH_WGPU_SUBMIT_EVERY=$every bench_with \
-          "$bin/hearth" "$work/$preset-Q8_0.gguf")"
+      for first in ${FIRST_BATCHES:-8}; do
+        for every in ${SUBMIT_EVERY:-16 32 64 128 256 0}; do
+          echo "round $round $preset first $first every $every: $(HEARTH_WGPU_FIRST_BATCH=$first \
+            HEARTH_WGPU_SUBMIT_EVERY=$every bench_with "$bin/hearth" "$work/$preset-Q8_0.gguf")"
+        done
       done
     done
   done

@@ -105,7 +105,10 @@ pub(crate) struct Recorder {
     batch_compiled: bool,
     /// Submit the open batch after this many dispatches (0: only when read back).
     submit_every: usize,
-    /// The open batch's size limit: FIRST_BATCH after a read-back, then doubling up to
+    /// The first batch's size after a read-back (FIRST_BATCH unless [`FIRST_BATCH_VAR`] says
+    /// otherwise).
+    first_batch: usize,
+    /// The open batch's size limit: `first_batch` after a read-back, then doubling up to
     /// `submit_every` (see FIRST_BATCH).
     batch_limit: usize,
 }
@@ -118,6 +121,9 @@ pub(crate) struct Recorder {
 /// waited ~0.37 ms per Qwen3-0.6B decode step (of ~3.1 ms) for the first submit, and decoded
 /// at 330-337 tok/s; starting from 8 (up to 128), at 360-366.
 const FIRST_BATCH: usize = 8;
+
+/// The environment variable that sets [`Recorder::first_batch`].
+const FIRST_BATCH_VAR: &str = "HEARTH_WGPU_FIRST_BATCH";
 
 /// The environment variable that sets [`Recorder::submit_every`] (0: one batch per read-back).
 const SUBMIT_EVERY_VAR: &str = "HEARTH_WGPU_SUBMIT_EVERY";
@@ -139,6 +145,11 @@ impl Recorder {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(DEFAULT_SUBMIT_EVERY);
+        let first_batch = std::env::var(FIRST_BATCH_VAR)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n: &usize| n > 0)
+            .unwrap_or(FIRST_BATCH);
         Recorder {
             kernels: HashMap::new(),
             groups: HashMap::new(),
@@ -160,7 +171,8 @@ impl Recorder {
             batch_dispatch_ns: 0,
             batch_compiled: false,
             submit_every,
-            batch_limit: FIRST_BATCH.min(submit_every),
+            first_batch,
+            batch_limit: first_batch.min(submit_every),
         }
     }
 
@@ -351,7 +363,7 @@ impl Recorder {
         self.batch += 1;
         // A read-back starts the next step's batches small again (see FIRST_BATCH);
         // `dispatch`, which submits a full batch, then sets the doubled limit itself.
-        self.batch_limit = FIRST_BATCH.min(self.submit_every);
+        self.batch_limit = self.first_batch.min(self.submit_every);
         if self.batch.is_multiple_of(GROUP_TTL) {
             let batch = self.batch;
             self.groups.retain(|_, g| g.last_batch + GROUP_TTL >= batch);
