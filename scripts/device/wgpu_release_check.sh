@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wgpu backend through NVIDIA's Vulkan driver, checked and timed next to hearth's CUDA
-# backend and llama.cpp, in two device calls (each well inside the 10-minute limit):
+# backend and llama.cpp; one PART per device call (each well inside the 10-minute limit):
 #   PART=tests  the wgpu op table, the normed 8-bit matmuls and the MLX matmuls against the CPU,
 #               the tiny Qwen3 goldens with and without f16 KV words, the MLX folder goldens;
 #               then ROUNDS rounds of wgpu / wgpu with HEARTH_WGPU_F16=0 / CUDA on synthetic
@@ -10,14 +10,16 @@
 #               per kernel; host: the host's recording and waiting) of hearth and, where carried,
 #               hearth-base (or hearth-base.xz: the build to compare with) on both shapes, and
 #               a tg128 of each;
-#   PART=submit  tg128 of both shapes at several batch sizes (HEARTH_WGPU_SUBMIT_EVERY);
+#   PART=submit  tg128 of both shapes at several batch sizes (FIRST_BATCHES, SUBMIT_EVERY);
 #   PART=llama  llama.cpp built with CUDA (scripts/device/bench_cuda.sh's build, models and
 #               llama phases on Qwen3-0.6B Q8_0, quantized by llama.cpp), then hearth's wgpu and
 #               CUDA backends on the same file, alternating.
 # Carried in .device-bin/: hearth (or hearth.xz), the test binaries (test-*, or tests.tar.xz
 # holding them: `tar cJf tests.tar.xz test-*` and `xz -9k hearth` keep the carry under the
 # device's 64 MiB), synth_gguf.py, wheels/ (gguf, PyYAML) and, for PART=llama,
-# llama-src.tar.xz. The Vulkan loader comes from .gl/ (scripts/device/gpu_env.sh).
+# llama-src.tar.xz (vendor/llama.cpp of the llama-cpp-python sdist from PyPI, without its docs,
+# models, tests and unused ggml backends, and a LLAMA-SOURCE.txt with a `commit SHA` line). The
+# Vulkan loader comes from .gl/ (scripts/device/gpu_env.sh).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 bin=$PWD/.device-bin
