@@ -141,14 +141,9 @@ const DEFAULT_SUBMIT_EVERY: usize = 128;
 
 impl Recorder {
     pub fn new(gpu: &Gpu) -> Recorder {
-        let submit_every = std::env::var(SUBMIT_EVERY_VAR)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_SUBMIT_EVERY);
-        let first_batch = std::env::var(FIRST_BATCH_VAR)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &usize| n > 0)
+        let submit_every = env_count(SUBMIT_EVERY_VAR).unwrap_or(DEFAULT_SUBMIT_EVERY);
+        let first_batch = env_count(FIRST_BATCH_VAR)
+            .filter(|&n| n > 0)
             .unwrap_or(FIRST_BATCH);
         Recorder {
             kernels: HashMap::new(),
@@ -447,6 +442,11 @@ fn new_group(
         layout,
         entries: &entries,
     })
+}
+
+/// The whole number environment variable `var` holds, if it is set to one.
+fn env_count(var: &str) -> Option<usize> {
+    std::env::var(var).ok().and_then(|v| v.parse().ok())
 }
 
 fn new_arena(gpu: &Gpu) -> wgpu::Buffer {
