@@ -199,6 +199,13 @@ impl Drop for Pinned {
     }
 }
 
+/// Bytes of GPU memory in use by every process (the driver's count), 0 when it cannot say.
+pub(super) fn in_use_on_gpu() -> usize {
+    result::mem_get_info()
+        .map(|(free, total)| total.saturating_sub(free))
+        .unwrap_or(0)
+}
+
 /// The device address of a buffer (hearth's kernels take raw addresses).
 pub(super) fn device_address<T>(buf: &CudaSlice<T>, stream: &Arc<CudaStream>) -> u64 {
     let (ptr, _sync) = buf.device_ptr(stream);

@@ -6,10 +6,8 @@ use hearth_backend::{BackendError, HostWeight};
 use hearth_quant::GgmlType;
 
 use super::launch::Arg;
-use super::memory::device_address;
 use super::state::State;
 use super::{CudaBackend, CudaTensor, CudaWeight};
-use crate::device::WEIGHT_PADDING;
 use crate::CudaError;
 
 /// Warps per block of `gemv_mlx` (its `MLX_WARPS`).
@@ -64,17 +62,11 @@ impl CudaBackend {
         let (scales, biases) = (groups.scales.bytes(), groups.biases.bytes());
         let scales_at = packed.len().next_multiple_of(PARAM_ALIGN);
         let biases_at = (scales_at + scales.len()).next_multiple_of(PARAM_ALIGN);
-        let total = biases_at + biases.len() + WEIGHT_PADDING;
-        let stream = self.dev.stream();
-        let mut buf = stream
-            .alloc_zeros::<u8>(total)
-            .map_err(|e| BackendError::OutOfMemory(format!("weight {}: {e:?}", w.name)))?;
-        for (at, bytes) in [(0, packed), (scales_at, scales), (biases_at, biases)] {
-            stream
-                .memcpy_htod(bytes, &mut buf.slice_mut(at..at + bytes.len()))
-                .map_err(|e| BackendError::Device(format!("weight {} upload: {e:?}", w.name)))?;
-        }
-        let ptr = device_address(&buf, stream);
+        let (ptr, mem) = self.weight_memory(
+            &w.name,
+            &[(0, packed), (scales_at, scales), (biases_at, biases)],
+            biases_at + biases.len(),
+        )?;
         let spec = groups.spec;
         Ok(CudaWeight {
             name: w.name,
@@ -89,7 +81,7 @@ impl CudaBackend {
                 scales: ptr + scales_at as u64,
                 biases: ptr + biases_at as u64,
             }),
-            _buf: buf,
+            _mem: mem,
         })
     }
 

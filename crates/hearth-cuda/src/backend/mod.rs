@@ -16,8 +16,10 @@ mod mmq;
 mod staging;
 mod state;
 mod upload;
+mod weight_heap;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{result, CudaSlice};
@@ -34,6 +36,7 @@ use launch::Arg;
 use memory::{device_address, Pinned};
 use staging::{key_of, PINNED_START};
 use state::{Mode, State};
+use weight_heap::{WeightHeap, WeightMemory};
 
 /// cuBLAS workspace: set explicitly so that cuBLAS never allocates inside a graph recording.
 const BLAS_WORKSPACE: usize = 32 << 20;
@@ -72,7 +75,7 @@ pub struct CudaWeight {
     ptr: u64,
     /// Set for an MLX affine-quantized matrix: `ptr` holds its packed words (`ty` is I32).
     mlx: Option<mlx::MlxLayout>,
-    _buf: CudaSlice<u8>,
+    _mem: WeightMemory,
 }
 
 /// Per layer: keys and values, each `[n_slots, kv_dim]` f16.
@@ -99,6 +102,13 @@ pub struct CudaBackend {
     dev: CudaDevice,
     /// `None` when cuBLAS is not installed: larger batches then use the GEMV kernels.
     blas: Option<Blas>,
+    /// GPU memory that creating cuBLAS (its handle and workspace) took.
+    blas_bytes: usize,
+    /// Where weights go; `None` where the GPU has no virtual memory management (each weight
+    /// is then an allocation of its own).
+    weights: Option<Arc<WeightHeap>>,
+    /// Bytes of the weights loaded so far (padding included).
+    weight_bytes: AtomicUsize,
     state: Mutex<State>,
     /// Whether kernels are launched for programmatic dependent launch (see `launch.rs`).
     overlap_launches: bool,
@@ -111,6 +121,7 @@ impl CudaBackend {
     pub fn open(ordinal: usize) -> Result<Self, CudaError> {
         let dev = CudaDevice::open(ordinal, &KernelCache::default_location())?;
         let stream = dev.stream().clone();
+        let in_use_before_blas = memory::in_use_on_gpu();
         // SAFETY: checks that the library can be loaded before the bindings touch it.
         let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
             let handle = CudaBlas::new(stream.clone()).map_err(|e| CudaError::Driver {
@@ -141,13 +152,29 @@ impl CudaBackend {
         } else {
             None
         };
+        let weights = WeightHeap::new(
+            dev.context(),
+            dev.info().ordinal,
+            dev.info().total_memory as usize,
+        );
         let pinned = Pinned::new(dev.context(), PINNED_START)?;
+        let blas_bytes = memory::in_use_on_gpu().saturating_sub(in_use_before_blas);
         let overlap_launches = dependent_launch::overlap_launches(dev.info().compute_capability);
         let one_kernel_decode = decode_layers::decode_layers_by_default(&dev);
-        tracing::debug!(overlap_launches, one_kernel_decode, "CUDA backend opened");
+        tracing::debug!(
+            overlap_launches,
+            one_kernel_decode,
+            context_mib = in_use_before_blas >> 20,
+            cublas_mib = blas_bytes >> 20,
+            kernel_local_bytes = dev.kernel_local_bytes(),
+            "CUDA backend opened"
+        );
         Ok(Self {
             dev,
             blas,
+            blas_bytes,
+            weights,
+            weight_bytes: AtomicUsize::new(0),
             state: Mutex::new(State::new(pinned)),
             overlap_launches,
             one_kernel_decode,

@@ -4,6 +4,11 @@ use hearth_backend::{BackendError, HostWeight, KvSpec, KvType};
 use hearth_quant::GgmlType;
 
 use super::memory::device_address;
+use std::sync::atomic::Ordering;
+
+use cudarc::driver::result;
+
+use super::weight_heap::WeightMemory;
 use super::{launch, CudaBackend, CudaKvCache, CudaWeight};
 use crate::device::WEIGHT_PADDING;
 
@@ -44,14 +49,7 @@ impl CudaBackend {
             (w.ty, Vec::new())
         };
         let host: &[u8] = if w.rows == 1 { &upload } else { bytes };
-        let stream = self.dev.stream();
-        let mut buf = stream
-            .alloc_zeros::<u8>(host.len() + WEIGHT_PADDING)
-            .map_err(|e| BackendError::OutOfMemory(format!("weight {}: {e:?}", w.name)))?;
-        stream
-            .memcpy_htod(host, &mut buf.slice_mut(..host.len()))
-            .map_err(|e| BackendError::Device(format!("weight {} upload: {e:?}", w.name)))?;
-        let ptr = device_address(&buf, stream);
+        let (ptr, mem) = self.weight_memory(&w.name, &[(0, host)], host.len())?;
         Ok(CudaWeight {
             name: w.name,
             ty,
@@ -59,8 +57,50 @@ impl CudaBackend {
             cols: w.cols,
             ptr,
             mlx: None,
-            _buf: buf,
+            _mem: mem,
         })
+    }
+
+    /// Memory for a weight of `len` bytes (plus WEIGHT_PADDING), holding each `(offset,
+    /// bytes)` of `parts` and zeros everywhere else: its address and what keeps it.
+    pub(super) fn weight_memory(
+        &self,
+        name: &str,
+        parts: &[(usize, &[u8])],
+        len: usize,
+    ) -> Result<(u64, WeightMemory), BackendError> {
+        let stream = self.dev.stream();
+        let oom = |e: String| BackendError::OutOfMemory(format!("weight {name}: {e}"));
+        let total = len + WEIGHT_PADDING;
+        let (ptr, mem) = match &self.weights {
+            Some(heap) => {
+                let ptr = heap.alloc(total).map_err(|e| oom(e.to_string()))?;
+                // SAFETY: the heap just handed out these `total` bytes to this weight alone.
+                unsafe { result::memset_d8_async(ptr, 0, total, stream.cu_stream()) }
+                    .map_err(|e| oom(format!("{e:?}")))?;
+                (ptr, WeightMemory::Heap(heap.clone()))
+            }
+            None => {
+                let buf = stream
+                    .alloc_zeros::<u8>(total)
+                    .map_err(|e| oom(format!("{e:?}")))?;
+                (device_address(&buf, stream), WeightMemory::Own(buf))
+            }
+        };
+        self.weight_bytes.fetch_add(total, Ordering::Relaxed);
+        for &(at, bytes) in parts {
+            if at + bytes.len() > len {
+                return Err(BackendError::Device(format!(
+                    "weight {name}: a part of {} bytes at {at} past its {len} bytes",
+                    bytes.len()
+                )));
+            }
+            // SAFETY: inside the weight's memory (checked above); the source is pageable host
+            // memory, which the driver stages before this call returns.
+            unsafe { result::memcpy_htod_async(ptr + at as u64, bytes, stream.cu_stream()) }
+                .map_err(|e| BackendError::Device(format!("weight {name} upload: {e:?}")))?;
+        }
+        Ok((ptr, mem))
     }
 
     pub(super) fn alloc_kv_cache(&self, spec: &KvSpec) -> Result<CudaKvCache, BackendError> {
@@ -88,6 +128,7 @@ impl CudaBackend {
             bufs.push(k);
             bufs.push(v);
         }
+        self.log_memory(spec.bytes() as usize);
         Ok(CudaKvCache {
             layers,
             _bufs: bufs,
@@ -95,5 +136,21 @@ impl CudaBackend {
             block_size: spec.block_size,
             n_blocks: spec.n_blocks,
         })
+    }
+
+    /// Once the KV cache is in place (after the weights): where the GPU's memory went.
+    fn log_memory(&self, kv_bytes: usize) {
+        let mib = |b: usize| b.div_ceil(1 << 20);
+        let weights = self.weight_bytes.load(Ordering::Relaxed);
+        // Without the heap each weight is rounded up on its own: not known here.
+        let weights_mapped = self.weights.as_ref().map(|h| mib(h.usage().1));
+        tracing::info!(
+            weights_mib = mib(weights),
+            weights_mapped_mib = weights_mapped,
+            kv_cache_mib = mib(kv_bytes),
+            cublas_mib = mib(self.blas_bytes),
+            in_use_on_gpu_mib = mib(super::memory::in_use_on_gpu()),
+            "GPU memory after loading (in use on the GPU: all processes, the CUDA context too)"
+        );
     }
 }
