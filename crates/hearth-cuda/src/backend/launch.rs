@@ -186,7 +186,8 @@ impl CudaBackend {
         }
         let stream = self.dev.stream().clone();
         let may_grow = st.mode == Mode::Eager;
-        let Some((counts, replaced)) = st.counters.get(&stream, rows / 32 * tokens, may_grow)?
+        let Some((counts, replaced)) =
+            st.counters.get(&stream, rows / 32 * tokens * 4, may_grow)?
         else {
             return Ok(None);
         };
@@ -520,39 +521,74 @@ impl CudaBackend {
                 accumulate,
             );
         }
-        let a = if let Some(m) = &w.mlx {
-            let a = st.arena.alloc(&stream, w.rows * w.cols * 2, may_grow)?;
-            self.launch_mlx_dequant(st, w, m, a)?;
-            a
-        } else if w.ty == GgmlType::F16 {
-            w.ptr
-        } else {
-            let a = st.arena.alloc(&stream, w.rows * w.cols * 2, may_grow)?;
-            self.launch(
+        if w.ty == GgmlType::F16 {
+            let b = self.halve_activations(st, x)?;
+            return self.gemm_ex(
                 st,
-                crate::ops::dequant_f16_kernel_name(w.ty),
-                (crate::ops::dequant_blocks(w.rows, w.cols), 1),
-                crate::ops::DEQUANT_THREADS,
-                &[
-                    Arg::P(w.ptr),
-                    Arg::I(type_code(w.ty)),
-                    Arg::I(w.rows as i32),
-                    Arg::I(w.cols as i32),
-                    Arg::P(a),
-                ],
-            )?;
-            a
+                w,
+                (b, w.ptr),
+                cudaDataType::CUDA_R_16F,
+                x.rows,
+                out,
+                accumulate,
+            );
+        }
+        // The weights' f16 values go through one kept buffer, a chunk of rows at a time.
+        // NOTE: they were allocated from the pass's transient memory, matrix after matrix, so a
+        // prompt step held an f16 copy of the whole model at its end: 2 GB more GPU memory
+        // after one 600-token prompt to a Qwen3-0.6B (H100, nvidia-smi).
+        let chunk = match &w.mlx {
+            // The MLX dequantizer takes whole matrices.
+            Some(_) => w.rows,
+            None => dequant_chunk_rows(w.rows, w.cols),
         };
+        let Some((a, replaced)) = st.dequantized.get(&stream, chunk * w.cols * 2, may_grow)? else {
+            return Err(CudaError::Driver {
+                during: "graph recording",
+                message: "the step needs a larger f16 weight buffer than the last one".into(),
+            });
+        };
+        if replaced {
+            // Recorded steps point at the old buffer.
+            st.drop_graphs();
+        }
         let b = self.halve_activations(st, x)?;
-        self.gemm_ex(
-            st,
-            w,
-            (b, a),
-            cudaDataType::CUDA_R_16F,
-            x.rows,
-            out,
-            accumulate,
-        )
+        let row_bytes = w.ty.bytes_for(w.cols as u64).unwrap_or(0) as usize;
+        for r0 in (0..w.rows).step_by(chunk) {
+            let rows = chunk.min(w.rows - r0);
+            if let Some(m) = &w.mlx {
+                self.launch_mlx_dequant(st, w, m, a)?;
+            } else {
+                self.launch(
+                    st,
+                    crate::ops::dequant_f16_kernel_name(w.ty),
+                    (crate::ops::dequant_blocks(rows, w.cols), 1),
+                    crate::ops::DEQUANT_THREADS,
+                    &[
+                        Arg::P(w.ptr + (r0 * row_bytes) as u64),
+                        Arg::I(type_code(w.ty)),
+                        Arg::I(rows as i32),
+                        Arg::I(w.cols as i32),
+                        Arg::P(a),
+                    ],
+                )?;
+            }
+            let part = GemmRows {
+                first: r0,
+                count: rows,
+            };
+            self.gemm_rows(
+                st,
+                w,
+                (b, a),
+                cudaDataType::CUDA_R_16F,
+                x.rows,
+                out,
+                accumulate,
+                part,
+            )?;
+        }
+        Ok(())
     }
 
     /// `x` rounded to f16 in transient memory for a cuBLAS GEMM, or the copy made for an
@@ -582,6 +618,27 @@ impl CudaBackend {
         out: &CudaTensor,
         accumulate: bool,
     ) -> Result<(), CudaError> {
+        let all = GemmRows {
+            first: 0,
+            count: w.rows,
+        };
+        self.gemm_rows(st, w, (b, a), ab, n_tokens, out, accumulate, all)
+    }
+
+    /// As `gemm_ex` for `part` of the weight's rows, whose values `a` holds (from its first
+    /// row): the outputs of those rows.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_rows(
+        &self,
+        st: &State,
+        w: &CudaWeight,
+        (b, a): (u64, u64),
+        ab: cudaDataType,
+        n_tokens: usize,
+        out: &CudaTensor,
+        accumulate: bool,
+        part: GemmRows,
+    ) -> Result<(), CudaError> {
         if !st.mode.launches() {
             return Ok(());
         }
@@ -594,14 +651,17 @@ impl CudaBackend {
         let (alpha, beta) = (1f32, if accumulate { 1f32 } else { 0f32 });
         // Row-major out[n, rows] is column-major [rows, n] = Wᵀ-view · x-view (see the note in
         // the module of the GEMV kernels for the layouts): A = W as [cols, rows] transposed.
-        // SAFETY: a, b and out are device buffers of rows*cols and n*cols values of type `ab`
-        // and n*rows f32.
+        // A part of the rows is a block of `part.count` rows of that column-major view, whose
+        // columns stay `w.rows` apart.
+        let c = out.ptr + (part.first * 4) as u64;
+        // SAFETY: a holds part.count*cols values and b n*cols values of type `ab`; out holds
+        // n*rows f32, of which the part writes rows first..first+count of each token.
         unsafe {
             cudarc::cublas::result::gemm_ex(
                 *blas.handle.handle(),
                 cublasOperation_t::CUBLAS_OP_T,
                 cublasOperation_t::CUBLAS_OP_N,
-                w.rows as i32,
+                part.count as i32,
                 n_tokens as i32,
                 w.cols as i32,
                 &alpha as *const f32 as *const _,
@@ -612,7 +672,7 @@ impl CudaBackend {
                 ab,
                 w.cols as i32,
                 &beta as *const f32 as *const _,
-                out.ptr as *mut _,
+                c as *mut _,
                 cudaDataType::CUDA_R_32F,
                 w.rows as i32,
                 cublasComputeType_t::CUBLAS_COMPUTE_32F,
@@ -623,5 +683,27 @@ impl CudaBackend {
             during: "cuBLAS GEMM",
             message: format!("{e:?}"),
         })
+    }
+}
+
+/// A range of a weight's rows for one cuBLAS call.
+#[derive(Clone, Copy)]
+struct GemmRows {
+    first: usize,
+    count: usize,
+}
+
+/// f16 values of a weight dequantized for cuBLAS at once: 64 MiB of memory kept for it.
+const DEQUANT_CHUNK_VALUES: usize = 32 << 20;
+
+/// Rows of an `n_rows x n_cols` weight per dequantized chunk: as many as DEQUANT_CHUNK_VALUES
+/// holds, a multiple of 128 (whole tiles of cuBLAS, and 16-byte aligned starts in every block
+/// layout, whose block sizes are even) unless the whole matrix fits.
+fn dequant_chunk_rows(n_rows: usize, n_cols: usize) -> usize {
+    let fit = DEQUANT_CHUNK_VALUES / n_cols.max(1);
+    if fit >= n_rows {
+        n_rows
+    } else {
+        (fit / 128 * 128).max(128)
     }
 }

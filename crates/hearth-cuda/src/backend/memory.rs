@@ -86,43 +86,48 @@ impl Arena {
     }
 }
 
-/// Zeroed device counters that the kernels using them leave at zero again (the GLU GEMV's
-/// group counts, kernels/gemv_q8a.cu). Kept across passes, so a recorded graph's address stays
-/// valid; replaced only by a larger buffer, and then every graph must be dropped.
-pub(super) struct Counters {
-    buf: Option<CudaSlice<u32>>,
+/// A zeroed device buffer kept across passes, so that a recorded graph's address stays valid;
+/// replaced only by a larger buffer, and then every graph must be dropped. Holds the GLU
+/// GEMV's group counters (which the kernels using them leave at zero again, kernels/gemv_q8a.cu)
+/// and the f16 copies of weights that cuBLAS multiplies (`launch.rs`).
+pub(super) struct Kept {
+    what: &'static str,
+    buf: Option<CudaSlice<u8>>,
     base: u64,
     len: usize,
 }
 
-impl Counters {
-    pub fn new() -> Self {
+impl Kept {
+    pub fn new(what: &'static str) -> Self {
         Self {
+            what,
             buf: None,
             base: 0,
             len: 0,
         }
     }
 
-    /// The address of `n` zeroed counters, and whether the buffer was replaced to get them
-    /// (graphs recorded before point at the old one). `None` when it would have to grow and
-    /// `may_grow` is false (while recording).
+    /// The address of at least `bytes` bytes (zeroed when first allocated), and whether the
+    /// buffer was replaced to get them (graphs recorded before point at the old one). `None`
+    /// when it would have to grow and `may_grow` is false (while recording). Grows to the
+    /// next power of two, at least 16 KiB.
     pub fn get(
         &mut self,
         stream: &Arc<CudaStream>,
-        n: usize,
+        bytes: usize,
         may_grow: bool,
     ) -> Result<Option<(u64, bool)>, CudaError> {
-        if n <= self.len {
+        if bytes <= self.len {
             return Ok(Some((self.base, false)));
         }
         if !may_grow {
             return Ok(None);
         }
-        let len = n.next_power_of_two().max(4096);
-        let buf = stream
-            .alloc_zeros::<u32>(len)
-            .map_err(driver("counter allocation"))?;
+        let len = bytes.next_power_of_two().max(16 << 10);
+        // The old buffer goes first: both at once could be more than the GPU holds.
+        self.buf = None;
+        self.len = 0;
+        let buf = stream.alloc_zeros::<u8>(len).map_err(driver(self.what))?;
         self.base = device_address(&buf, stream);
         self.buf = Some(buf);
         self.len = len;

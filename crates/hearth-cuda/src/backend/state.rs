@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 use cudarc::driver::{CudaEvent, CudaGraph};
 
 use super::decode_layers::DecodeLayersState;
-use super::memory::{Arena, Counters, Pinned};
+use super::memory::{Arena, Kept, Pinned};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -56,7 +56,10 @@ pub(super) struct State {
     pub read_back: Option<Pinned>,
     /// One event per chunk of such a read-back, marking when it has arrived.
     pub read_back_events: Vec<CudaEvent>,
-    pub counters: Counters,
+    /// The GLU GEMV's group counters (u32 each).
+    pub counters: Kept,
+    /// A weight's f16 values for cuBLAS, one row chunk at a time (`launch.rs` `gemm`).
+    pub dequantized: Kept,
     pub mode: Mode,
     pub graphs: HashMap<u64, Graph>,
     /// Keys seen once (recorded at their second pass).
@@ -98,7 +101,8 @@ impl State {
             pinned,
             read_back: None,
             read_back_events: Vec::new(),
-            counters: Counters::new(),
+            counters: Kept::new("counter allocation"),
+            dequantized: Kept::new("dequantized weight allocation"),
             mode: Mode::Eager,
             graphs: HashMap::new(),
             seen: HashSet::new(),
