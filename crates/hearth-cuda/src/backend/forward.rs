@@ -29,6 +29,7 @@ impl CudaBackend {
         st.staged.clear();
         st.forget_copies();
         st.mode = st.mode_for(key);
+        st.start_tensor_log();
         if let Mode::Record(k) = st.mode {
             let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
             if let Err(e) = self.dev.stream().begin_capture(mode) {

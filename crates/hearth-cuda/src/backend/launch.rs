@@ -599,9 +599,18 @@ impl CudaBackend {
         }
         let may_grow = st.mode == Mode::Eager;
         let stream = self.dev.stream().clone();
-        let at = st.arena.alloc(&stream, x.len() * 2, may_grow)?;
+        let bytes = x.len() * 2;
+        let at = st.arena.alloc(&stream, bytes, may_grow)?;
         self.launch_elementwise(st, "f32_to_f16", &[Arg::P(x.ptr), Arg::P(at)], x.len())?;
-        st.halved.set(Some(Halved { of: x.ptr, at }));
+        // The copy this one replaces was used by GEMMs already queued: its memory may go to
+        // later work, which the stream orders after them.
+        if let Some(old) = st.halved.replace(Some(Halved {
+            of: x.ptr,
+            at,
+            bytes,
+        })) {
+            st.arena.give_back(old.at, old.bytes);
+        }
         Ok(at)
     }
 

@@ -4,8 +4,12 @@
 //! Both are reset at the start of every forward pass and hand out memory in call order, so two
 //! passes that make the same calls get the same addresses: what lets a recorded pass (a CUDA
 //! graph) be replayed. Chunks are never freed while the backend lives, for the same reason.
+//!
+//! Within a pass the arena hands out again what dropped tensors gave back (`Lease`), so that
+//! a layer's activations take the memory of the layer before's. Two passes that make the same
+//! calls and drop the same tensors in the same order still get the same addresses.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{result, CudaContext, CudaSlice, CudaStream, DevicePtr};
 
@@ -14,8 +18,11 @@ use crate::CudaError;
 
 /// Every allocation starts on this boundary (16-byte vector loads, cuBLAS likes 256).
 const ALIGN: usize = 256;
-/// The smallest chunk the arena allocates.
-const MIN_CHUNK: usize = 64 << 20;
+/// The first chunk the arena allocates. Each later one is at least as large as all before it
+/// together, so that a step needing much more (a long prompt) takes few chunks, while a
+/// server that only decodes holds little. NOTE: a decode step of a 1-8B model needs a few
+/// MiB; this was 64 MiB for every chunk, 10% of a Qwen3-0.6B's weights.
+const MIN_CHUNK: usize = 16 << 20;
 
 struct Chunk {
     _buf: CudaSlice<u8>,
@@ -23,12 +30,39 @@ struct Chunk {
     len: usize,
 }
 
-/// A bump allocator over device chunks.
+/// Blocks given back during a pass: (pass, address, bytes).
+type Returned = Arc<Mutex<Vec<(u64, u64, usize)>>>;
+
+/// A bump allocator over device chunks, which hands out again the blocks given back in the
+/// same pass (of exactly the size asked for).
 pub(super) struct Arena {
     chunks: Vec<Chunk>,
     /// Position of the next allocation: chunk index and offset in it.
     chunk: usize,
     offset: usize,
+    /// Counts resets: a block given back in an earlier pass is not handed out again.
+    pass: u64,
+    returned: Returned,
+    /// Blocks given back in this pass, by size (a pass allocates few sizes); the last one
+    /// given back goes out first.
+    free: Vec<(usize, Vec<u64>)>,
+}
+
+/// A tensor's hold on its arena block: the block goes back to the arena when the tensor is
+/// dropped (if that happens in the pass that allocated it).
+pub(super) struct Lease {
+    pass: u64,
+    ptr: u64,
+    bytes: usize,
+    to: Returned,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.to.lock() {
+            r.push((self.pass, self.ptr, self.bytes));
+        }
+    }
 }
 
 impl Arena {
@@ -37,12 +71,67 @@ impl Arena {
             chunks: Vec::new(),
             chunk: 0,
             offset: 0,
+            pass: 0,
+            returned: Arc::new(Mutex::new(Vec::new())),
+            free: Vec::new(),
         }
     }
 
     pub fn reset(&mut self) {
         self.chunk = 0;
         self.offset = 0;
+        self.pass += 1;
+        for (_, blocks) in &mut self.free {
+            blocks.clear();
+        }
+        if let Ok(mut r) = self.returned.lock() {
+            r.clear();
+        }
+    }
+
+    /// As `alloc`, for a block that goes back to the arena when the lease is dropped.
+    pub fn alloc_leased(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        bytes: usize,
+        may_grow: bool,
+    ) -> Result<(u64, Lease), CudaError> {
+        let bytes = bytes.max(1).next_multiple_of(ALIGN);
+        let ptr = self.alloc(stream, bytes, may_grow)?;
+        let lease = Lease {
+            pass: self.pass,
+            ptr,
+            bytes,
+            to: self.returned.clone(),
+        };
+        Ok((ptr, lease))
+    }
+
+    /// Gives a block of this pass back (`bytes` as asked of `alloc`): it must not be used by
+    /// anything queued after this call.
+    pub fn give_back(&self, ptr: u64, bytes: usize) {
+        if let Ok(mut r) = self.returned.lock() {
+            r.push((self.pass, ptr, bytes.max(1).next_multiple_of(ALIGN)));
+        }
+    }
+
+    /// A block given back in this pass of exactly `bytes` bytes, if any.
+    fn reuse(&mut self, bytes: usize) -> Option<u64> {
+        if let Ok(mut r) = self.returned.lock() {
+            for (pass, ptr, len) in r.drain(..) {
+                if pass != self.pass {
+                    continue;
+                }
+                match self.free.iter_mut().find(|(size, _)| *size == len) {
+                    Some((_, blocks)) => blocks.push(ptr),
+                    None => self.free.push((len, vec![ptr])),
+                }
+            }
+        }
+        self.free
+            .iter_mut()
+            .find(|(size, _)| *size == bytes)
+            .and_then(|(_, blocks)| blocks.pop())
     }
 
     /// `bytes` of device memory, valid until the next reset. `may_grow`: whether a new chunk
@@ -55,6 +144,9 @@ impl Arena {
         may_grow: bool,
     ) -> Result<u64, CudaError> {
         let bytes = bytes.max(1).next_multiple_of(ALIGN);
+        if let Some(ptr) = self.reuse(bytes) {
+            return Ok(ptr);
+        }
         while let Some(c) = self.chunks.get(self.chunk) {
             if self.offset + bytes <= c.len {
                 let ptr = c.base + self.offset as u64;
@@ -70,11 +162,17 @@ impl Arena {
                 message: "the step needs more transient memory than the last one".into(),
             });
         }
-        let len = bytes.max(MIN_CHUNK);
+        let held: usize = self.chunks.iter().map(|c| c.len).sum();
+        let len = bytes.max(MIN_CHUNK).max(held);
         let buf = stream
             .alloc_zeros::<u8>(len)
             .map_err(driver("transient memory allocation"))?;
         let base = device_address(&buf, stream);
+        tracing::debug!(
+            chunk_mib = len >> 20,
+            held_mib = (held + len) >> 20,
+            "transient GPU memory grew"
+        );
         self.chunks.push(Chunk {
             _buf: buf,
             base,

@@ -33,7 +33,7 @@ use hearth_sampler::Candidate;
 use crate::error::driver;
 use crate::{CudaDevice, CudaError, KernelCache};
 use launch::Arg;
-use memory::{device_address, Pinned};
+use memory::{device_address, Lease, Pinned};
 use staging::{key_of, PINNED_START};
 use state::{Mode, State};
 use weight_heap::{WeightHeap, WeightMemory};
@@ -52,12 +52,23 @@ impl From<CudaError> for BackendError {
     }
 }
 
-/// A dense f32 matrix in the forward pass's arena: valid until the next forward pass.
-#[derive(Clone, Copy, Debug)]
+/// A dense f32 matrix in the forward pass's arena: valid until the next forward pass. Its
+/// memory goes back to the arena when it is dropped.
 pub struct CudaTensor {
     ptr: u64,
     rows: usize,
     cols: usize,
+    _lease: Option<Lease>,
+}
+
+impl std::fmt::Debug for CudaTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CudaTensor[{}, {}] at {:#x}",
+            self.rows, self.cols, self.ptr
+        )
+    }
 }
 
 impl CudaTensor {
@@ -200,11 +211,30 @@ impl CudaBackend {
     }
 
     fn tensor(&self, st: &mut State, rows: usize, cols: usize) -> Result<CudaTensor, CudaError> {
+        // A replayed step launches nothing: its tensors only need the addresses the recording
+        // gave them (the graph reads its results there), without the arena's bookkeeping.
+        if let Some(ptr) = st.replayed_tensor() {
+            st.forget_copies_of(ptr);
+            return Ok(CudaTensor {
+                ptr,
+                rows,
+                cols,
+                _lease: None,
+            });
+        }
         let may_grow = st.mode == Mode::Eager;
-        let ptr = st
+        let (ptr, lease) = st
             .arena
-            .alloc(self.dev.stream(), rows * cols * 4, may_grow)?;
-        Ok(CudaTensor { ptr, rows, cols })
+            .alloc_leased(self.dev.stream(), rows * cols * 4, may_grow)?;
+        // The memory may have been a dropped tensor's, whose copies are not this one's.
+        st.forget_copies_of(ptr);
+        st.log_tensor(ptr);
+        Ok(CudaTensor {
+            ptr,
+            rows,
+            cols,
+            _lease: Some(lease),
+        })
     }
 }
 
@@ -265,7 +295,12 @@ impl Backend for CudaBackend {
         })?;
         let mut st = self.state()?;
         let ptr = self.stage(&mut st, None, bytemuck::cast_slice(data))?;
-        Ok(CudaTensor { ptr, rows, cols })
+        Ok(CudaTensor {
+            ptr,
+            rows,
+            cols,
+            _lease: None,
+        })
     }
 
     fn to_host(&self, t: &CudaTensor) -> Result<Vec<f32>, BackendError> {

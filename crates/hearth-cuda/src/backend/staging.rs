@@ -35,6 +35,8 @@ impl CudaBackend {
         }
         let may_grow = st.mode == Mode::Eager;
         let dev = st.arena.alloc(self.dev.stream(), bytes.len(), may_grow)?;
+        // The memory may have been a dropped tensor's (an upload becomes a tensor).
+        st.forget_copies_of(dev);
         // NOTE: checked before pushing: a push that fits copies the bytes, and pushing twice
         // would stage every array twice.
         if !st.pinned.fits(bytes.len()) {

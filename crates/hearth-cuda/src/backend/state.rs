@@ -77,13 +77,18 @@ pub(super) struct State {
     pub halved: Cell<Option<Halved>>,
     /// What the one-kernel decode step keeps between passes.
     pub decode_layers: DecodeLayersState,
+    /// The addresses of each recorded step's tensors, in allocation order; a replay hands
+    /// them out again (`tensor_at` counts how many it has).
+    pub tensor_log: HashMap<u64, Vec<u64>>,
+    pub tensor_at: usize,
 }
 
-/// A tensor's f16 copy: the tensor's address and the copy's.
+/// A tensor's f16 copy: the tensor's address, the copy's, and the copy's size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Halved {
     pub of: u64,
     pub at: u64,
+    pub bytes: usize,
 }
 
 /// A tensor's 8-bit copy: the tensor's address and the copy's values and group scales.
@@ -111,16 +116,48 @@ impl State {
             quantized: Cell::new(None),
             halved: Cell::new(None),
             decode_layers: DecodeLayersState::default(),
+            tensor_log: HashMap::new(),
+            tensor_at: 0,
         }
     }
 
+    /// Called at the start of every pass, once its mode is set.
+    pub fn start_tensor_log(&mut self) {
+        self.tensor_at = 0;
+        if let Mode::Record(k) = self.mode {
+            self.tensor_log.insert(k, Vec::new());
+        }
+    }
+
+    /// While recording: remembers a tensor's address.
+    pub fn log_tensor(&mut self, ptr: u64) {
+        if let Mode::Record(k) = self.mode {
+            if let Some(log) = self.tensor_log.get_mut(&k) {
+                log.push(ptr);
+            }
+        }
+    }
+
+    /// While replaying: the address the recording gave the next tensor (None past its end,
+    /// which a pass making the recording's calls never reaches).
+    pub fn replayed_tensor(&mut self) -> Option<u64> {
+        let Mode::Replay(k) = self.mode else {
+            return None;
+        };
+        let ptr = *self.tensor_log.get(&k)?.get(self.tensor_at)?;
+        self.tensor_at += 1;
+        Some(ptr)
+    }
+
     /// Forget the kept copies of the rows at `ptr`: something may be about to change them.
+    /// The f16 copy's memory goes back to the arena (the work that read it is queued).
     pub fn forget_copies_of(&self, ptr: u64) {
         if self.quantized.get().is_some_and(|k| k.of == ptr) {
             self.quantized.set(None);
         }
-        if self.halved.get().is_some_and(|h| h.of == ptr) {
+        if let Some(h) = self.halved.get().filter(|h| h.of == ptr) {
             self.halved.set(None);
+            self.arena.give_back(h.at, h.bytes);
         }
     }
 
@@ -153,5 +190,6 @@ impl State {
     pub fn drop_graphs(&mut self) {
         self.graphs.clear();
         self.seen.clear();
+        self.tensor_log.clear();
     }
 }
