@@ -5,15 +5,10 @@
 
 mod common;
 
-use common::gpu;
+use common::{gpu, gpu_memory_in_use};
 use hearth_backend::Backend;
 
 const MIB: usize = 1 << 20;
-
-fn in_use() -> usize {
-    let (free, total) = cudarc::driver::result::mem_get_info().expect("cuMemGetInfo");
-    total - free
-}
 
 #[test]
 fn dropped_tensors_give_their_memory_back_within_a_pass() {
@@ -24,7 +19,7 @@ fn dropped_tensors_give_their_memory_back_within_a_pass() {
     let x0: Vec<f32> = (0..rows * cols).map(|i| (i % 7) as f32 - 3.0).collect();
     let layers = 12;
     for pass in 0..2 {
-        let before = in_use();
+        let before = gpu_memory_in_use();
         gpu.begin_forward(None);
         let mut x = gpu.upload(&x0, rows, cols).expect("upload");
         for _ in 0..layers {
@@ -34,7 +29,7 @@ fn dropped_tensors_give_their_memory_back_within_a_pass() {
             x = y; // the layer before's tensor is dropped here
         }
         let got = gpu.to_host(&x).expect("to host");
-        let grew = in_use().saturating_sub(before);
+        let grew = gpu_memory_in_use().saturating_sub(before);
         println!(
             "pass {pass}: GPU memory grew {} MiB for {layers} tensors of 64 MiB",
             grew / MIB

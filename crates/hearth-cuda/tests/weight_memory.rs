@@ -6,17 +6,12 @@
 
 mod common;
 
-use common::{gpu, random_host_weight};
+use common::{gpu, gpu_memory_in_use, random_host_weight};
 use hearth_backend::Backend;
 use hearth_quant::GgmlType;
 use rand::{Rng, SeedableRng};
 
 const MIB: usize = 1 << 20;
-
-fn in_use() -> usize {
-    let (free, total) = cudarc::driver::result::mem_get_info().expect("cuMemGetInfo");
-    total - free
-}
 
 #[test]
 fn weights_lie_back_to_back() {
@@ -31,12 +26,12 @@ fn weights_lie_back_to_back() {
         .map(|_| random_host_weight(GgmlType::Q8_0, rows, cols, &mut rng))
         .collect();
     let first = hosts[0].clone();
-    let before = in_use();
+    let before = gpu_memory_in_use();
     let weights: Vec<_> = hosts
         .into_iter()
         .map(|h| gpu.load_weight(h).expect("load"))
         .collect();
-    let grew = in_use() - before;
+    let grew = gpu_memory_in_use() - before;
     let asked = 24 * bytes;
     println!(
         "24 weights of {bytes} bytes: GPU memory grew {:.1} MiB for {:.1} MiB",

@@ -511,7 +511,7 @@ impl CudaBackend {
         let stream = self.dev.stream().clone();
         if w.ty == GgmlType::F32 {
             // f32 weights stay exact: an f32 GEMM on the activations as they are.
-            return self.gemm_ex(
+            return self.gemm_rows(
                 st,
                 w,
                 (x.ptr, w.ptr),
@@ -519,11 +519,12 @@ impl CudaBackend {
                 x.rows,
                 out,
                 accumulate,
+                GemmRows::all(w),
             );
         }
         if w.ty == GgmlType::F16 {
             let b = self.halve_activations(st, x)?;
-            return self.gemm_ex(
+            return self.gemm_rows(
                 st,
                 w,
                 (b, w.ptr),
@@ -531,6 +532,7 @@ impl CudaBackend {
                 x.rows,
                 out,
                 accumulate,
+                GemmRows::all(w),
             );
         }
         // The weights' f16 values go through one kept buffer, a chunk of rows at a time.
@@ -614,28 +616,9 @@ impl CudaBackend {
         Ok(at)
     }
 
-    /// `out (+)= A · B` through cuBLAS, A = the weights' values at `a`, B = the activations at
-    /// `b`, both of type `ab`; f32 accumulation and output.
-    #[allow(clippy::too_many_arguments)]
-    fn gemm_ex(
-        &self,
-        st: &State,
-        w: &CudaWeight,
-        (b, a): (u64, u64),
-        ab: cudaDataType,
-        n_tokens: usize,
-        out: &CudaTensor,
-        accumulate: bool,
-    ) -> Result<(), CudaError> {
-        let all = GemmRows {
-            first: 0,
-            count: w.rows,
-        };
-        self.gemm_rows(st, w, (b, a), ab, n_tokens, out, accumulate, all)
-    }
-
-    /// As `gemm_ex` for `part` of the weight's rows, whose values `a` holds (from its first
-    /// row): the outputs of those rows.
+    /// `out (+)= A · B` through cuBLAS for `part` of the weight's rows: A = those rows' values
+    /// at `a` (from the part's first row), B = the activations at `b`, both of type `ab`; f32
+    /// accumulation, the outputs of those rows.
     #[allow(clippy::too_many_arguments)]
     fn gemm_rows(
         &self,
@@ -700,6 +683,15 @@ impl CudaBackend {
 struct GemmRows {
     first: usize,
     count: usize,
+}
+
+impl GemmRows {
+    fn all(w: &CudaWeight) -> Self {
+        Self {
+            first: 0,
+            count: w.rows,
+        }
+    }
 }
 
 /// f16 values of a weight dequantized for cuBLAS at once: 64 MiB of memory kept for it.

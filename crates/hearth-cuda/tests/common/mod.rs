@@ -37,3 +37,10 @@ pub fn random_host_weight(
         mlx: None,
     }
 }
+
+/// Bytes of GPU memory in use (every process's, as the driver counts it).
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn gpu_memory_in_use() -> usize {
+    let (free, total) = cudarc::driver::result::mem_get_info().expect("cuMemGetInfo");
+    total - free
+}
