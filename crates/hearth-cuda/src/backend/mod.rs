@@ -39,7 +39,16 @@ use state::{Mode, State};
 use weight_heap::{WeightHeap, WeightMemory};
 
 /// cuBLAS workspace: set explicitly so that cuBLAS never allocates inside a graph recording.
+/// `HEARTH_CUDA_BLAS_WORKSPACE_MIB` sets its size in MiB (at least 1), for measurements.
 const BLAS_WORKSPACE: usize = 32 << 20;
+
+fn blas_workspace_bytes() -> usize {
+    std::env::var("HEARTH_CUDA_BLAS_WORKSPACE_MIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&mib| mib >= 1)
+        .map_or(BLAS_WORKSPACE, |mib| mib << 20)
+}
 
 impl From<CudaError> for BackendError {
     fn from(e: CudaError) -> Self {
@@ -139,8 +148,9 @@ impl CudaBackend {
                 during: "cuBLAS initialization",
                 message: format!("{e:?}"),
             })?;
+            let workspace_bytes = blas_workspace_bytes();
             let workspace = stream
-                .alloc_zeros::<u8>(BLAS_WORKSPACE)
+                .alloc_zeros::<u8>(workspace_bytes)
                 .map_err(driver("cuBLAS workspace"))?;
             let ptr = device_address(&workspace, &stream);
             // SAFETY: the workspace outlives the handle (both live in `Blas`, handle first).
@@ -148,7 +158,7 @@ impl CudaBackend {
                 cudarc::cublas::sys::cublasSetWorkspace_v2(
                     *handle.handle(),
                     ptr as *mut std::ffi::c_void,
-                    BLAS_WORKSPACE,
+                    workspace_bytes,
                 )
             }
             .result()
