@@ -1,13 +1,12 @@
 //! Weights and the KV cache into GPU memory.
 
+use std::sync::atomic::Ordering;
+
+use cudarc::driver::result;
 use hearth_backend::{BackendError, HostWeight, KvSpec, KvType};
 use hearth_quant::GgmlType;
 
 use super::memory::device_address;
-use std::sync::atomic::Ordering;
-
-use cudarc::driver::result;
-
 use super::weight_heap::WeightMemory;
 use super::{launch, CudaBackend, CudaKvCache, CudaWeight};
 use crate::device::WEIGHT_PADDING;
