@@ -43,11 +43,21 @@ use weight_heap::{WeightHeap, WeightMemory};
 const BLAS_WORKSPACE: usize = 32 << 20;
 
 fn blas_workspace_bytes() -> usize {
-    std::env::var("HEARTH_CUDA_BLAS_WORKSPACE_MIB")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&mib| mib >= 1)
-        .map_or(BLAS_WORKSPACE, |mib| mib << 20)
+    let Ok(v) = std::env::var("HEARTH_CUDA_BLAS_WORKSPACE_MIB") else {
+        return BLAS_WORKSPACE;
+    };
+    match v.parse::<usize>() {
+        Ok(mib) if (1..=4096).contains(&mib) => mib << 20,
+        _ => {
+            tracing::warn!(
+                value = %v,
+                "HEARTH_CUDA_BLAS_WORKSPACE_MIB must be a whole number of MiB from 1 to 4096; \
+                 using {} MiB",
+                BLAS_WORKSPACE >> 20
+            );
+            BLAS_WORKSPACE
+        }
+    }
 }
 
 impl From<CudaError> for BackendError {
