@@ -43,6 +43,10 @@
 //   slower everywhere (8B 64 sequences 2,518, 0.6B 10,482; the 8B prompt step 2,199), with
 //   half the blocks per multiprocessor and a shared-memory round trip before each step's
 //   products.
+// - Split-K (MmqSplit, backend/mmq.rs): the 8B 32-token prompt step 2,797 -> 3,660 tok/s, 64
+//   sequences 3,324 -> 3,610; the 0.6B Q8_0 32-token prompt 13,230 -> 16,350. Under Nsight
+//   Compute the 8B 64-sequence step is then 90% MMQ: mmq3_q4_k (gate and up) 166 us a launch
+//   at 559 GB/s, mmq_q6_k 567 GB/s, mmq_q4_k (q, k, o) 268 GB/s.
 
 #define MMQ_ROWS 32
 #define MMQ_TOKENS 32
@@ -217,20 +221,69 @@ __device__ __forceinline__ void mmq_issue_x(MmqStage<W>& st, const i8* __restric
     }
 }
 
-// The tile of rows row_block * MMQ_ROWS .. and tokens blockIdx.y * MMQ_TOKENS ..; grid: (row
-// blocks, ceil(n_tok / MMQ_TOKENS)). n_cols is a multiple of 32 (of 256 for K-quants).
+// How a launch splits each tile's steps between `count` blocks (split-K), where the tile's
+// rows and tokens alone would leave multiprocessors idle: blockIdx.y = token tile * count +
+// split; each split stores its sums in `part` (one slot of MMQ_THREADS * 8 floats per tile
+// and split), and the last of a tile's splits to finish, told by the tile's counter in
+// `counts` (zeroed, and left zeroed), adds them up in split order. count = 1: no split, part
+// and counts unused.
+struct MmqSplit {
+    int count;
+    float* part;
+    u32* counts;
+};
+
+// Split-K's meeting: stores this split's sums of `tile` and tells whether this block is the
+// tile's last split to finish, in which case `sum` becomes the sum of every split's, added in
+// split order (so the result does not depend on which finished last). Behind fences on both
+// sides, as quantize_when_complete (gemv_q8a.cu): every slot a count reports is visible to the
+// block that reads them, from L2.
+__device__ __forceinline__ bool mmq_last_split(float (&sum)[2][4], MmqSplit split, int tile,
+                                               int part_of) {
+    const size_t slot = (size_t)MMQ_THREADS * 8;
+    float4* mine = reinterpret_cast<float4*>(split.part + ((size_t)tile * split.count + part_of) *
+                                                              slot + threadIdx.x * 8);
+    mine[0] = make_float4(sum[0][0], sum[0][1], sum[0][2], sum[0][3]);
+    mine[1] = make_float4(sum[1][0], sum[1][1], sum[1][2], sum[1][3]);
+    __threadfence();
+    __syncthreads();
+    bool last = false;
+    if (threadIdx.x == 0) last = atomicAdd(split.counts + tile, 1u) == (u32)split.count - 1;
+    if (!__syncthreads_or(last)) return false;
+    __threadfence();
+    for (int p = 0; p < split.count; ++p) {
+        const float4* theirs = reinterpret_cast<const float4*>(
+            split.part + ((size_t)tile * split.count + p) * slot + threadIdx.x * 8);
+        const float4 a = __ldcg(theirs), b = __ldcg(theirs + 1);
+        const float v[2][4] = {{a.x, a.y, a.z, a.w}, {b.x, b.y, b.z, b.w}};
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sum[j][i] = p == 0 ? v[j][i] : sum[j][i] + v[j][i];
+    }
+    if (threadIdx.x == 0) split.counts[tile] = 0;
+    return true;
+}
+
+// The tile of rows row_block * MMQ_ROWS .. and tokens tok_tile * MMQ_TOKENS .., or the part of
+// its steps that `split` gives this block; grid: (row blocks, ceil(n_tok / MMQ_TOKENS) *
+// split.count). n_cols is a multiple of 32 (of 256 for K-quants).
 template <class W>
 __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restrict__ xq,
                                     const float2* __restrict__ xds, float* __restrict__ y,
                                     int n_rows, int n_cols, int n_tok, int accumulate,
-                                    int row_block) {
+                                    int row_block, MmqSplit split) {
     __shared__ __align__(16) MmqStage<W> ring[W::STAGES];
-    const int row0 = row_block * MMQ_ROWS, tok0 = blockIdx.y * MMQ_TOKENS;
+    const int tok_tile = blockIdx.y / split.count, part_of = blockIdx.y % split.count;
+    const int row0 = row_block * MMQ_ROWS, tok0 = tok_tile * MMQ_TOKENS;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int g = lane / 4, t = lane % 4;  // the fragments' group and thread-in-group
     const int wr = 16 * (warp / 2), wt = 16 * (warp % 2);  // the warp's rows and tokens
     const int n_groups = n_cols / 32;
     const int n_steps = (n_groups + MMQ_STEP_GROUPS - 1) / MMQ_STEP_GROUPS;
+    // This block's steps: first .. end.
+    const int first = part_of * n_steps / split.count;
+    const int end = (part_of + 1) * n_steps / split.count;
     const size_t row_bytes = (size_t)(n_cols / W::QK) * W::BYTES;
     // This thread's two fragment rows (g and g + 8 of the warp's 16).
     const u8* frag_rows[2] = {w + (size_t)min(row0 + wr + g, n_rows - 1) * row_bytes,
@@ -242,29 +295,29 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restri
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[j][i] = mins[j][i] = 0.f;
 
-    mmq_issue_w<W>(ring[0], w, row0, 0, n_rows, n_cols);
+    mmq_issue_w<W>(ring[0], w, row0, first, n_rows, n_cols);
     await_previous_kernels();
 #pragma unroll
     for (int p = 0; p < W::STAGES - 1; ++p) {
-        if (p < n_steps) {
-            if (p > 0) mmq_issue_w<W>(ring[p], w, row0, p, n_rows, n_cols);
-            mmq_issue_x<W>(ring[p], xq, xds, tok0, p, n_cols, n_tok);
+        if (first + p < end) {
+            if (p > 0) mmq_issue_w<W>(ring[p], w, row0, first + p, n_rows, n_cols);
+            mmq_issue_x<W>(ring[p], xq, xds, tok0, first + p, n_cols, n_tok);
         }
         copies_commit();
     }
-    for (int s = 0; s < n_steps; ++s) {
+    for (int s = first; s < end; ++s) {
         copies_wait<W::STAGES - 2>();
         // Step s has landed for every thread, and every warp is done with the buffer that the
         // copies issued next overwrite (last read in step s - 1).
         __syncthreads();
         const int ahead = s + W::STAGES - 1;
-        if (ahead < n_steps) {
-            MmqStage<W>& next = ring[ahead % W::STAGES];
+        if (ahead < end) {
+            MmqStage<W>& next = ring[(ahead - first) % W::STAGES];
             mmq_issue_w<W>(next, w, row0, ahead, n_rows, n_cols);
             mmq_issue_x<W>(next, xq, xds, tok0, ahead, n_cols, n_tok);
         }
         copies_commit();
-        MmqStage<W>& st = ring[s % W::STAGES];
+        MmqStage<W>& st = ring[(s - first) % W::STAGES];
         const int groups = min(MMQ_STEP_GROUPS, n_groups - s * MMQ_STEP_GROUPS);
         const u8* rows[2] = {&st.w[wr + g][mmq_skew<W>(frag_rows[0], s)],
                              &st.w[wr + g + 8][mmq_skew<W>(frag_rows[1], s)]};
@@ -315,6 +368,15 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restri
             }
         }
     }
+    float sum[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sum[j][i] = acc[j][i] - mins[j][i];
+    if (split.count > 1 && !mmq_last_split(sum, split, blockIdx.x + gridDim.x * tok_tile,
+                                           part_of)) {
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
 #pragma unroll
@@ -323,7 +385,7 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restri
             const int tok = tok0 + wt + 8 * j + 2 * t + i % 2;
             if (row < n_rows && tok < n_tok) {
                 float* dst = y + (size_t)tok * n_rows + row;
-                *dst = (accumulate ? *dst : 0.f) + (acc[j][i] - mins[j][i]);
+                *dst = (accumulate ? *dst : 0.f) + sum[j][i];
             }
         }
     }
@@ -331,41 +393,47 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restri
 
 extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
 mmq_q8_0(const u8* w, const i8* xq, const float2* xds, float* y, int n_rows, int n_cols,
-         int n_tok, int accumulate) {
-    mmq<MmqQ8_0>(w, xq, xds, y, n_rows, n_cols, n_tok, accumulate, blockIdx.x);
+         int n_tok, int accumulate, int splits, float* part, u32* counts) {
+    mmq<MmqQ8_0>(w, xq, xds, y, n_rows, n_cols, n_tok, accumulate, blockIdx.x,
+             {splits, part, counts});
 }
 
 extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
 mmq_q4_k(const u8* w, const i8* xq, const float2* xds, float* y, int n_rows, int n_cols,
-         int n_tok, int accumulate) {
-    mmq<MmqQ4_K>(w, xq, xds, y, n_rows, n_cols, n_tok, accumulate, blockIdx.x);
+         int n_tok, int accumulate, int splits, float* part, u32* counts) {
+    mmq<MmqQ4_K>(w, xq, xds, y, n_rows, n_cols, n_tok, accumulate, blockIdx.x,
+             {splits, part, counts});
 }
 
 extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
 mmq_q6_k(const u8* w, const i8* xq, const float2* xds, float* y, int n_rows, int n_cols,
-         int n_tok, int accumulate) {
-    mmq<MmqQ6_K>(w, xq, xds, y, n_rows, n_cols, n_tok, accumulate, blockIdx.x);
+         int n_tok, int accumulate, int splits, float* part, u32* counts) {
+    mmq<MmqQ6_K>(w, xq, xds, y, n_rows, n_cols, n_tok, accumulate, blockIdx.x,
+             {splits, part, counts});
 }
 
 // Up to three matrices of one type times the same activations in one launch, stored (q, k
 // and v; or gate and up, with rows2 = 0): small matrices alone leave most multiprocessors idle.
 extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
 mmq3_q8_0(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds, float* y0,
-          float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols, int n_tok) {
+          float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols, int n_tok,
+          int splits, float* part, u32* counts) {
     SEGMENT3(MMQ_ROWS)
-    mmq<MmqQ8_0>(w, xq, xds, y, n_rows, n_cols, n_tok, 0, block);
+    mmq<MmqQ8_0>(w, xq, xds, y, n_rows, n_cols, n_tok, 0, block, {splits, part, counts});
 }
 
 extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
 mmq3_q4_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds, float* y0,
-          float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols, int n_tok) {
+          float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols, int n_tok,
+          int splits, float* part, u32* counts) {
     SEGMENT3(MMQ_ROWS)
-    mmq<MmqQ4_K>(w, xq, xds, y, n_rows, n_cols, n_tok, 0, block);
+    mmq<MmqQ4_K>(w, xq, xds, y, n_rows, n_cols, n_tok, 0, block, {splits, part, counts});
 }
 
 extern "C" __global__ void __launch_bounds__(MMQ_THREADS)
 mmq3_q6_k(const u8* w0, const u8* w1, const u8* w2, const i8* xq, const float2* xds, float* y0,
-          float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols, int n_tok) {
+          float* y1, float* y2, int rows0, int rows1, int rows2, int n_cols, int n_tok,
+          int splits, float* part, u32* counts) {
     SEGMENT3(MMQ_ROWS)
-    mmq<MmqQ6_K>(w, xq, xds, y, n_rows, n_cols, n_tok, 0, block);
+    mmq<MmqQ6_K>(w, xq, xds, y, n_rows, n_cols, n_tok, 0, block, {splits, part, counts});
 }

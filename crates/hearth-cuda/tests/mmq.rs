@@ -60,6 +60,11 @@ fn mmq_matches_the_gemv_and_the_cpu() {
         (GgmlType::Q4_K, 200, 1280),
         (GgmlType::Q6_K, 256, 512),
         (GgmlType::Q6_K, 200, 1280),
+        // Few tiles over long rows: split-K (backend/mmq.rs), evenly (8 steps of 256 values
+        // in 4 splits, 16 in 8) and not (11 steps in 5).
+        (GgmlType::Q8_0, 64, 2048),
+        (GgmlType::Q4_K, 96, 4096),
+        (GgmlType::Q6_K, 96, 2816),
     ];
     for (ty, rows, cols) in cases {
         let host = random_host_weight(ty, rows, cols, &mut rng);
@@ -102,15 +107,17 @@ fn mmq_matches_the_gemv_and_the_cpu() {
 }
 
 /// q, k and v (rows of three sizes), and gate and up, each in one launch (`mmq3_*`): the same
-/// bits as one launch per matrix, since every tile is computed alike.
+/// bits as one launch per matrix, since every tile is computed alike: at 512 columns none is
+/// split, at 4096 every launch here splits its tiles 8 ways (the most, backend/mmq.rs) on GPUs
+/// of 100 multiprocessors or more.
 #[test]
 fn mmq_segments_equal_one_launch_per_matrix() {
     let Some(gpu) = gpu() else {
         return;
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(12);
-    let cols = 512;
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+    let types = [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K];
+    for (ty, cols) in [512, 4096].into_iter().flat_map(|c| types.map(|t| (t, c))) {
         let ws: Vec<_> = [200, 96, 64]
             .into_iter()
             .map(|rows| {
@@ -119,7 +126,7 @@ fn mmq_segments_equal_one_launch_per_matrix() {
             })
             .collect();
         for tokens in [17, 48] {
-            let what = format!("{ty} x{tokens}");
+            let what = format!("{ty} {cols} columns x{tokens}");
             let x: Vec<f32> = (0..tokens * cols)
                 .map(|_| rng.gen_range(-2.0..2.0))
                 .collect();

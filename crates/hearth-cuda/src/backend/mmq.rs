@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use hearth_quant::GgmlType;
 
 use super::launch::{Arg, GEMV_MAX_TOKENS};
-use super::state::State;
+use super::state::{Mode, State};
 use super::{CudaBackend, CudaTensor, CudaWeight};
 use crate::CudaError;
 
@@ -39,6 +39,71 @@ fn mmq_max_tokens(w: &CudaWeight) -> usize {
 const MMQ_MAX_TOKENS: usize = 64;
 const MMQ_MAX_TOKENS_SMALL: usize = 128;
 const MMQ_SMALL_MATRIX: usize = 4 << 20;
+
+/// Split-K (kernels/mmq.cu `MmqSplit`): a launch whose tiles would give the GPU fewer than
+/// `HEARTH_CUDA_MMQ_SPLIT` blocks per multiprocessor (default [`MMQ_SPLIT_BLOCKS_PER_SM`]; 0:
+/// never split) splits each tile's columns between up to [`MMQ_MAX_SPLITS`] blocks of at
+/// least [`MMQ_MIN_SPLIT_STEPS`] steps of 256 values each.
+///
+/// NOTE (H100, 2026-11-26): without it, Llama-3.1-8B's q, o and down projections of a
+/// 64-sequence decode step ran 256 blocks (two a multiprocessor), k and v 64, and Nsight
+/// Compute found 7.7 warps active per multiprocessor, no warp eligible 61% of cycles.
+/// `scripts/device/binary_ab.sh`, one binary with the setting at 0 / 2 / 4 / 8, two rounds
+/// (tok/s): 8B 32-token prompt 2,793 and 2,801 / 3,648 and 3,675 / 3,473 and 3,470 / 3,517
+/// and 3,591, 64 sequences 3,319 and 3,329 / 3,611 and 3,609 / 3,512 and 3,495 / 3,470 and
+/// 3,416; Qwen3-0.6B Q8_0 32-token prompt 13,208 and 13,251 / 16,564 and 16,138 / 16,417
+/// and 16,382 / 16,379 and 16,358, Q4_K_M 10,851 (and 8,475, a disturbed run) / 14,729 and
+/// 14,962 / 14,923 and 14,771 / 14,749 and 14,498; the 0.6B's 64 sequences within their
+/// spread (13,500-16,900 in every setting).
+fn mmq_split_blocks_per_sm() -> usize {
+    static SET: OnceLock<usize> = OnceLock::new();
+    *SET.get_or_init(|| {
+        std::env::var("HEARTH_CUDA_MMQ_SPLIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(MMQ_SPLIT_BLOCKS_PER_SM)
+    })
+}
+const MMQ_SPLIT_BLOCKS_PER_SM: usize = 2;
+const MMQ_MAX_SPLITS: usize = 8;
+const MMQ_MIN_SPLIT_STEPS: usize = 2;
+
+/// Into how many blocks each of `tiles` tiles over `cols` columns is split, on `sms`
+/// multiprocessors, wanting `per_sm` blocks on each.
+fn mmq_splits(tiles: usize, cols: usize, sms: usize, per_sm: usize) -> usize {
+    let steps = cols.div_ceil(256);
+    let wanted = (sms * per_sm).div_ceil(tiles.max(1));
+    wanted
+        .min(MMQ_MAX_SPLITS)
+        .min(steps / MMQ_MIN_SPLIT_STEPS)
+        .max(1)
+}
+
+/// A launch's split-K: the kernels' `splits, part, counts` arguments, and the transient
+/// block holding the parts (given back once the launch is queued).
+struct Split {
+    count: usize,
+    part: u64,
+    part_bytes: usize,
+    counts: u64,
+}
+
+impl Split {
+    const NONE: Split = Split {
+        count: 1,
+        part: 0,
+        part_bytes: 0,
+        counts: 0,
+    };
+
+    fn args(&self) -> [Arg; 3] {
+        [
+            Arg::I(self.count as i32),
+            Arg::P(self.part),
+            Arg::P(self.counts),
+        ]
+    }
+}
 
 /// Whether the projections of `n` token rows may read them as 8-bit activations (the GEMVs'
 /// or MMQ's), so that their producers should quantize them on the way: a wasted copy only
@@ -106,10 +171,10 @@ impl CudaBackend {
         accumulate: bool,
     ) -> Result<(), CudaError> {
         let (xq, xds) = self.quantize_activations(st, x)?;
-        let grid = (
-            w.rows.div_ceil(MMQ_ROWS) as u32,
-            x.rows.div_ceil(MMQ_TOKENS) as u32,
-        );
+        let (row_tiles, tok_tiles) = (w.rows.div_ceil(MMQ_ROWS), x.rows.div_ceil(MMQ_TOKENS));
+        let split = self.mmq_split(st, row_tiles * tok_tiles, w.cols)?;
+        let grid = (row_tiles as u32, (tok_tiles * split.count) as u32);
+        let [splits, part, counts] = split.args();
         let args = [
             Arg::P(w.ptr),
             Arg::P(xq),
@@ -119,8 +184,49 @@ impl CudaBackend {
             Arg::I(w.cols as i32),
             Arg::I(x.rows as i32),
             Arg::I(accumulate as i32),
+            splits,
+            part,
+            counts,
         ];
-        self.launch(st, kernel.one, grid, MMQ_THREADS, &args)
+        let launched = self.launch(st, kernel.one, grid, MMQ_THREADS, &args);
+        self.end_split(st, split);
+        launched
+    }
+
+    /// The split-K of a launch of `tiles` tiles over `cols` columns: none where the tiles fill
+    /// the GPU, the columns are short, nothing is launched (a replayed step) or the counters
+    /// would have to grow while a step is being recorded.
+    fn mmq_split(&self, st: &mut State, tiles: usize, cols: usize) -> Result<Split, CudaError> {
+        let sms = self.dev.info().sm_count as usize;
+        let count = mmq_splits(tiles, cols, sms, mmq_split_blocks_per_sm());
+        if count == 1 || !st.mode.launches() {
+            return Ok(Split::NONE);
+        }
+        let stream = self.dev.stream().clone();
+        let may_grow = st.mode == Mode::Eager;
+        let Some((counts, replaced)) = st.counters.get(&stream, tiles * 4, may_grow)? else {
+            return Ok(Split::NONE);
+        };
+        if replaced {
+            // Recorded steps point at the old counters.
+            st.drop_graphs();
+        }
+        let part_bytes = tiles * count * MMQ_THREADS as usize * 8 * 4;
+        let part = st.arena.alloc(&stream, part_bytes, may_grow)?;
+        Ok(Split {
+            count,
+            part,
+            part_bytes,
+            counts,
+        })
+    }
+
+    /// The parts' memory goes back once their launch is queued: the next kernel that could
+    /// be handed it waits for this one (await_previous_kernels) before writing.
+    fn end_split(&self, st: &mut State, split: Split) {
+        if split.count > 1 {
+            st.arena.give_back(split.part, split.part_bytes);
+        }
     }
 
     /// `outs[i] = ws[i] · x` for two or three weights in one launch (q, k and v; gate and up),
@@ -140,8 +246,11 @@ impl CudaBackend {
             _ => (0, 0, 0), // no third matrix: a segment of no blocks
         };
         let parts = [part(0), part(1), part(2)];
-        let blocks: usize = parts.iter().map(|p| p.2.div_ceil(MMQ_ROWS)).sum();
-        let grid = (blocks as u32, x.rows.div_ceil(MMQ_TOKENS) as u32);
+        let row_tiles: usize = parts.iter().map(|p| p.2.div_ceil(MMQ_ROWS)).sum();
+        let tok_tiles = x.rows.div_ceil(MMQ_TOKENS);
+        let split = self.mmq_split(st, row_tiles * tok_tiles, ws[0].cols)?;
+        let grid = (row_tiles as u32, (tok_tiles * split.count) as u32);
+        let [splits, part, counts] = split.args();
         let args = [
             Arg::P(parts[0].0),
             Arg::P(parts[1].0),
@@ -156,7 +265,33 @@ impl CudaBackend {
             Arg::I(parts[2].2 as i32),
             Arg::I(ws[0].cols as i32),
             Arg::I(x.rows as i32),
+            splits,
+            part,
+            counts,
         ];
-        self.launch(st, kernel.three, grid, MMQ_THREADS, &args)
+        let launched = self.launch(st, kernel.three, grid, MMQ_THREADS, &args);
+        self.end_split(st, split);
+        launched
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_fill_the_gpu_within_the_columns_steps() {
+        // Llama-3.1-8B on an H100 (132 multiprocessors), 64 tokens (two token tiles).
+        let sms = 132;
+        assert_eq!(mmq_splits(128 * 2, 4096, sms, 2), 2, "q, o");
+        assert_eq!(mmq_splits(32 * 2, 4096, sms, 2), 5, "k, v");
+        assert_eq!(mmq_splits(896 * 2, 4096, sms, 2), 1, "gate and up");
+        assert_eq!(mmq_splits(128 * 2, 14336, sms, 2), 2, "down");
+        assert_eq!(mmq_splits(32 * 2, 4096, sms, 8), 8, "at most 8");
+        // Short rows: at least two steps of 256 values a split.
+        assert_eq!(mmq_splits(32, 1024, sms, 2), 2);
+        assert_eq!(mmq_splits(32, 256, sms, 2), 1);
+        // Off.
+        assert_eq!(mmq_splits(32, 4096, sms, 0), 1);
     }
 }
