@@ -7,7 +7,7 @@ use hearth_quant::GgmlType;
 
 use super::launch::{Arg, GEMV_MAX_TOKENS};
 use super::state::{Mode, State};
-use super::{CudaBackend, CudaTensor, CudaWeight};
+use super::{measurement_setting, CudaBackend, CudaTensor, CudaWeight};
 use crate::CudaError;
 
 /// Tile of the kernels: weight rows by tokens, and threads per block.
@@ -58,10 +58,7 @@ const MMQ_SMALL_MATRIX: usize = 4 << 20;
 fn mmq_split_blocks_per_sm() -> usize {
     static SET: OnceLock<usize> = OnceLock::new();
     *SET.get_or_init(|| {
-        std::env::var("HEARTH_CUDA_MMQ_SPLIT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(MMQ_SPLIT_BLOCKS_PER_SM)
+        measurement_setting("HEARTH_CUDA_MMQ_SPLIT", 0..=64).unwrap_or(MMQ_SPLIT_BLOCKS_PER_SM)
     })
 }
 const MMQ_SPLIT_BLOCKS_PER_SM: usize = 2;
@@ -115,11 +112,7 @@ pub(super) fn takes_int8_activations(n: usize) -> bool {
 /// `HEARTH_CUDA_MMQ_MAX_TOKENS`, read once.
 fn mmq_max_tokens_set() -> Option<usize> {
     static MAX: OnceLock<Option<usize>> = OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("HEARTH_CUDA_MMQ_MAX_TOKENS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    })
+    *MAX.get_or_init(|| measurement_setting("HEARTH_CUDA_MMQ_MAX_TOKENS", 0..=4096))
 }
 
 /// A weight type's MMQ kernels: of one matrix, and of up to three sharing the activations.

@@ -43,19 +43,27 @@ use weight_heap::{WeightHeap, WeightMemory};
 const BLAS_WORKSPACE: usize = 32 << 20;
 
 fn blas_workspace_bytes() -> usize {
-    let Ok(v) = std::env::var("HEARTH_CUDA_BLAS_WORKSPACE_MIB") else {
-        return BLAS_WORKSPACE;
-    };
+    measurement_setting("HEARTH_CUDA_BLAS_WORKSPACE_MIB", 1..=4096)
+        .map_or(BLAS_WORKSPACE, |mib| mib << 20)
+}
+
+/// A whole-number setting from the environment, for measurements: `None` when unset, or
+/// (with a warning naming the value) when it is not a number in `range`.
+pub(super) fn measurement_setting(
+    name: &str,
+    range: std::ops::RangeInclusive<usize>,
+) -> Option<usize> {
+    let v = std::env::var(name).ok()?;
     match v.parse::<usize>() {
-        Ok(mib) if (1..=4096).contains(&mib) => mib << 20,
+        Ok(n) if range.contains(&n) => Some(n),
         _ => {
             tracing::warn!(
                 value = %v,
-                "HEARTH_CUDA_BLAS_WORKSPACE_MIB must be a whole number of MiB from 1 to 4096; \
-                 using {} MiB",
-                BLAS_WORKSPACE >> 20
+                "{name} must be a whole number from {} to {}; using the default",
+                range.start(),
+                range.end()
             );
-            BLAS_WORKSPACE
+            None
         }
     }
 }
