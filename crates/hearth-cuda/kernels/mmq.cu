@@ -179,24 +179,32 @@ __device__ __forceinline__ int mmq_skew(const u8* row, int s) {
 // writes the weights, so the first step's may be copied before await_previous_kernels. Rows
 // past the end read the last row and tokens past the end the last token (computed, never
 // stored); activations of groups past the row's end are not copied (never read).
-template <class W>
-__device__ __forceinline__ void mmq_issue_w(MmqStage<W>& st, const u8* __restrict__ w,
-                                            int row0, int s, int n_rows, int n_cols) {
+// (ROWS rows into `dst`, by a block of THREADS: shared with mmq_f16.cu.)
+template <class W, int ROWS, int THREADS>
+__device__ __forceinline__ void issue_weight_rows(u8 (*dst)[W::W_STRIDE],
+                                                  const u8* __restrict__ w, int row0, int s,
+                                                  int n_rows, int n_cols) {
     const int n_groups = n_cols / 32;
     const int groups = min(MMQ_STEP_GROUPS, n_groups - s * MMQ_STEP_GROUPS);
     const size_t row_bytes = (size_t)(n_cols / W::QK) * W::BYTES;
     const int step_bytes = groups * 32 / W::QK * W::BYTES;
     const int w_vecs = W::W_STRIDE / 16;
-    for (int i = threadIdx.x; i < MMQ_ROWS * w_vecs; i += MMQ_THREADS) {
+    for (int i = threadIdx.x; i < ROWS * w_vecs; i += THREADS) {
         const int r = i / w_vecs, v = i % w_vecs;
         const u8* row = w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
         const u8* start = row + (size_t)s * (MMQ_STEP / W::QK) * W::BYTES;
         const int skew = mmq_skew<W>(row, s);
         if (v * 16 < skew + step_bytes) {
-            copy16_async(reinterpret_cast<uint4*>(&st.w[r][16 * v]),
+            copy16_async(reinterpret_cast<uint4*>(&dst[r][16 * v]),
                          reinterpret_cast<const uint4*>(start - skew) + v);
         }
     }
+}
+
+template <class W>
+__device__ __forceinline__ void mmq_issue_w(MmqStage<W>& st, const u8* __restrict__ w,
+                                            int row0, int s, int n_rows, int n_cols) {
+    issue_weight_rows<W, MMQ_ROWS, MMQ_THREADS>(st.w, w, row0, s, n_rows, n_cols);
 }
 
 template <class W>
@@ -238,13 +246,16 @@ struct MmqSplit {
 // split order (so the result does not depend on which finished last). Behind fences on both
 // sides, as quantize_when_complete (gemv_q8a.cu): every slot a count reports is visible to the
 // block that reads them, from L2.
-__device__ __forceinline__ bool mmq_last_split(float (&sum)[2][4], MmqSplit split, int tile,
+// J: the thread's 8-token tiles, THREADS: the block's threads (each tile and split's slot
+// holds THREADS * J * 4 floats).
+template <int J, int THREADS>
+__device__ __forceinline__ bool mmq_last_split(float (&sum)[J][4], MmqSplit split, int tile,
                                                int part_of) {
-    const size_t slot = (size_t)MMQ_THREADS * 8;
+    const size_t slot = (size_t)THREADS * J * 4;
     float4* mine = reinterpret_cast<float4*>(split.part + ((size_t)tile * split.count + part_of) *
-                                                              slot + threadIdx.x * 8);
-    mine[0] = make_float4(sum[0][0], sum[0][1], sum[0][2], sum[0][3]);
-    mine[1] = make_float4(sum[1][0], sum[1][1], sum[1][2], sum[1][3]);
+                                                              slot + threadIdx.x * J * 4);
+#pragma unroll
+    for (int j = 0; j < J; ++j) mine[j] = make_float4(sum[j][0], sum[j][1], sum[j][2], sum[j][3]);
     __threadfence();
     __syncthreads();
     bool last = false;
@@ -253,13 +264,14 @@ __device__ __forceinline__ bool mmq_last_split(float (&sum)[2][4], MmqSplit spli
     __threadfence();
     for (int p = 0; p < split.count; ++p) {
         const float4* theirs = reinterpret_cast<const float4*>(
-            split.part + ((size_t)tile * split.count + p) * slot + threadIdx.x * 8);
-        const float4 a = __ldcg(theirs), b = __ldcg(theirs + 1);
-        const float v[2][4] = {{a.x, a.y, a.z, a.w}, {b.x, b.y, b.z, b.w}};
+            split.part + ((size_t)tile * split.count + p) * slot + threadIdx.x * J * 4);
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < J; ++j) {
+            const float4 a = __ldcg(theirs + j);
+            const float v[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
-            for (int i = 0; i < 4; ++i) sum[j][i] = p == 0 ? v[j][i] : sum[j][i] + v[j][i];
+            for (int i = 0; i < 4; ++i) sum[j][i] = p == 0 ? v[i] : sum[j][i] + v[i];
+        }
     }
     if (threadIdx.x == 0) split.counts[tile] = 0;
     return true;
@@ -373,8 +385,8 @@ __device__ __forceinline__ void mmq(const u8* __restrict__ w, const i8* __restri
     for (int j = 0; j < 2; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) sum[j][i] = acc[j][i] - mins[j][i];
-    if (split.count > 1 && !mmq_last_split(sum, split, blockIdx.x + gridDim.x * tok_tile,
-                                           part_of)) {
+    if (split.count > 1 &&
+        !mmq_last_split<2, MMQ_THREADS>(sum, split, blockIdx.x + gridDim.x * tok_tile, part_of)) {
         return;
     }
 #pragma unroll

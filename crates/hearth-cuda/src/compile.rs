@@ -26,6 +26,8 @@ pub const KERNEL_SOURCE: &str = concat!(
     "\n",
     include_str!("../kernels/flash_prefill.cu"),
     "\n",
+    include_str!("../kernels/mmq_f16.cu"),
+    "\n",
     include_str!("../kernels/decode_layers.cu"),
 );
 

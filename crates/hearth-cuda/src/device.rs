@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 57] = [
+pub(crate) const KERNEL_NAMES: [&str; 63] = [
     "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
@@ -75,6 +75,12 @@ pub(crate) const KERNEL_NAMES: [&str; 57] = [
     "mmq3_q8_0",
     "mmq3_q4_k",
     "mmq3_q6_k",
+    "mmf_q8_0",
+    "mmf_q4_k",
+    "mmf_q6_k",
+    "mmf3_q8_0",
+    "mmf3_q4_k",
+    "mmf3_q6_k",
 ];
 
 /// Bytes of padding after a weight matrix: the GEMV kernels' last 16-byte load of a row may

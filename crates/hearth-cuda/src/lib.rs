@@ -17,7 +17,7 @@ mod ops;
 mod probe;
 pub mod reference;
 
-pub use backend::{CudaBackend, CudaKvCache, CudaTensor, CudaWeight};
+pub use backend::{mmq_takes_f16_activations, CudaBackend, CudaKvCache, CudaTensor, CudaWeight};
 pub use cache::{CacheKey, CacheMiss, KernelCache};
 pub use compile::{compile_cubin, nvrtc_version, KERNEL_SOURCE};
 pub use device::{CudaDevice, KernelOrigin, QuantMatrix};

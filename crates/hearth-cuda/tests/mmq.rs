@@ -1,8 +1,9 @@
-//! The tensor-core matmul of quantized weights and int8 activations (kernels/mmq.cu), which
-//! takes batches of 5 to 64 tokens (128 for small matrices): tiles cut by the ends of rows,
-//! tokens and groups, stored and accumulated, against the int8 GEMV on one token at a time (same
-//! products, another summation order) and against the CPU backend. Without a usable GPU the
-//! test prints "skipped: <reason>".
+//! The tensor-core matmul of quantized weights (kernels/mmq.cu with int8 activations, or
+//! kernels/mmq_f16.cu with f16 ones, by matrix size or as `HEARTH_CUDA_MMQ_F16` picks: run
+//! these tests with it at 0 and at 1), which takes batches of 5 to 64 tokens (128 for small matrices): tiles cut by
+//! the ends of rows, tokens and groups, stored and accumulated, against the int8 GEMV on one
+//! token at a time and against the CPU backend. Without a usable GPU the test prints
+//! "skipped: <reason>".
 
 mod common;
 
@@ -67,6 +68,7 @@ fn mmq_matches_the_gemv_and_the_cpu() {
         (GgmlType::Q6_K, 96, 2816),
     ];
     for (ty, rows, cols) in cases {
+        let f16 = hearth_cuda::mmq_takes_f16_activations(rows, cols);
         let host = random_host_weight(ty, rows, cols, &mut rng);
         let w_gpu = gpu.load_weight(host.clone()).expect("load");
         let w_cpu = cpu.load_weight(host).expect("load");
@@ -80,7 +82,8 @@ fn mmq_matches_the_gemv_and_the_cpu() {
                 .map(|_| rng.gen_range(-1.0..1.0))
                 .collect();
             for accumulate in [false, true] {
-                let what = format!("{ty} {rows}x{cols} x{tokens} accumulate {accumulate}");
+                let kind = if f16 { "f16" } else { "int8" };
+                let what = format!("{ty} {rows}x{cols} x{tokens} accumulate {accumulate} {kind}");
                 let b = accumulate.then_some(base.as_slice());
                 let got = project(&gpu, &w_gpu, &x, (tokens, cols, rows), b);
                 // The GEMV, token by token.
@@ -94,12 +97,19 @@ fn mmq_matches_the_gemv_and_the_cpu() {
                 let want = project(&cpu, &w_cpu, &x, (tokens, cols, rows), b);
                 let vs_cpu = nmse(&got, &want);
                 eprintln!("{what}: nmse vs gemv {vs_gemv:.2e}, vs cpu {vs_cpu:.2e}");
-                // Same 8-bit products as the GEMV, summed in another order (2e-14 measured for
-                // the GEMVs against the CPU); a wrong fragment, tile edge or scale gives 1e-2.
-                assert!(vs_gemv < 1e-10, "{what}: nmse {vs_gemv:e} vs the GEMV");
-                // Q8_0: the CPU quantizes the activations the same way. K-quants: the CPU uses
+                // int8: the same 8-bit products as the GEMV, summed in another order (2e-14
+                // measured for the GEMVs against the CPU). f16: weights and activations rounded
+                // to f16 (about 1e-7 apart from the exact products) against activations rounded
+                // to 8 bits (about 1e-5). A wrong fragment, tile edge or scale gives 1e-2.
+                let (gemv_bound, q8_0_bound) = if f16 { (1e-4, 1e-4) } else { (1e-10, 1e-10) };
+                assert!(vs_gemv < gemv_bound, "{what}: nmse {vs_gemv:e} vs the GEMV");
+                // Q8_0: the CPU quantizes the activations as the GEMV. K-quants: the CPU uses
                 // 256-value groups (Q8_K), ~1e-5 relative apart from the GPU's 32-value ones.
-                let bound = if ty == GgmlType::Q8_0 { 1e-10 } else { 1e-3 };
+                let bound = if ty == GgmlType::Q8_0 {
+                    q8_0_bound
+                } else {
+                    1e-3
+                };
                 assert!(vs_cpu < bound, "{what}: nmse {vs_cpu:e} vs the CPU");
             }
         }

@@ -50,13 +50,14 @@ pub(super) unsafe fn launch_overlapping(
     stream: sys::CUstream,
     grid: (u32, u32),
     threads: u32,
+    shared_bytes: u32,
     args: &[Arg],
 ) -> Result<(), CudaError> {
     // SAFETY: an all-zero attribute is a valid value of this plain C union.
     let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
     attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmaticStreamSerializationAllowed = 1;
-    launch_with(f, stream, grid, threads, 0, args, attr)
+    launch_with(f, stream, grid, threads, shared_bytes, args, attr)
 }
 
 /// Queues `f` on `stream` as a cooperative launch: the driver refuses it unless every block

@@ -1,7 +1,7 @@
 //! Kernel launches of the CUDA backend: argument packing and the matmul strategy.
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys, LaunchConfig, PushKernelArg};
 use hearth_quant::GgmlType;
 
 use super::dependent_launch;
@@ -78,6 +78,20 @@ impl CudaBackend {
         threads: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
+        self.launch_with_shared(st, name, grid, threads, 0, args)
+    }
+
+    /// As [`Self::launch`], with `shared_bytes` of dynamic shared memory a block (allowed for
+    /// the kernel first where that is more than the default 48 KiB).
+    pub(super) fn launch_with_shared(
+        &self,
+        st: &State,
+        name: &'static str,
+        grid: (u32, u32),
+        threads: u32,
+        shared_bytes: u32,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
         // A kernel handed the rows behind a kept copy may change them: the copy goes.
         for a in args {
             if let Arg::P(p) = a {
@@ -88,12 +102,26 @@ impl CudaBackend {
             return Ok(());
         }
         let f = self.dev.function(name)?;
+        if shared_bytes > 48 << 10 {
+            f.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_bytes as i32,
+            )
+            .map_err(driver("kernel shared memory"))?;
+        }
         if self.overlap_launches {
             let stream = self.dev.stream().cu_stream();
             // SAFETY: as below; every kernel calls await_previous_kernels (checked by
             // compile.rs's tests) before it reads another kernel's results or writes.
             return unsafe {
-                dependent_launch::launch_overlapping(f.cu_function(), stream, grid, threads, args)
+                dependent_launch::launch_overlapping(
+                    f.cu_function(),
+                    stream,
+                    grid,
+                    threads,
+                    shared_bytes,
+                    args,
+                )
             };
         }
         let mut b = self.dev.stream().launch_builder(f);
@@ -107,7 +135,7 @@ impl CudaBackend {
         let cfg = LaunchConfig {
             grid_dim: (grid.0, grid.1, 1),
             block_dim: (threads, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: shared_bytes,
         };
         // SAFETY: every caller passes the kernel's parameters in order with matching types,
         // and device addresses of buffers sized for the launch (checked by the callers).
@@ -595,7 +623,11 @@ impl CudaBackend {
 
     /// `x` rounded to f16 in transient memory for a cuBLAS GEMM, or the copy made for an
     /// earlier projection of the same rows.
-    fn halve_activations(&self, st: &mut State, x: &CudaTensor) -> Result<u64, CudaError> {
+    pub(super) fn halve_activations(
+        &self,
+        st: &mut State,
+        x: &CudaTensor,
+    ) -> Result<u64, CudaError> {
         if let Some(kept) = st.halved.get().filter(|h| h.of == x.ptr) {
             return Ok(kept.at);
         }

@@ -18,6 +18,8 @@ mod state;
 mod upload;
 mod weight_heap;
 
+pub use mmq::mmq_takes_f16_activations;
+
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 
