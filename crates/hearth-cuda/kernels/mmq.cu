@@ -207,20 +207,34 @@ __device__ __forceinline__ void mmq_issue_w(MmqStage<W>& st, const u8* __restric
     issue_weight_rows<W, MMQ_ROWS, MMQ_THREADS>(st.w, w, row0, s, n_rows, n_cols);
 }
 
+// The activations of step s, VALUE_BYTES each (1: int8, 2: f16), of TOKENS tokens from tok0
+// into rows of `dst` (DST_STRIDE bytes apart), by a block of THREADS (shared with
+// mmq_f16.cu).
+template <int VALUE_BYTES, int TOKENS, int THREADS, int DST_STRIDE>
+__device__ __forceinline__ void issue_activation_rows(u8* dst, const u8* __restrict__ x,
+                                                      int tok0, int s, int n_cols, int n_tok) {
+    const int n_groups = n_cols / 32, g0 = s * MMQ_STEP_GROUPS;
+    const int groups = min(MMQ_STEP_GROUPS, n_groups - g0);
+    constexpr int vecs = MMQ_STEP * VALUE_BYTES / 16, group_vecs = 32 * VALUE_BYTES / 16;
+    for (int i = threadIdx.x; i < TOKENS * vecs; i += THREADS) {
+        const int t = i / vecs, v = i % vecs;
+        if (v / group_vecs >= groups) continue;
+        const size_t tok = (size_t)min(tok0 + t, n_tok - 1);
+        copy16_async(reinterpret_cast<uint4*>(dst + t * DST_STRIDE + 16 * v),
+                     reinterpret_cast<const uint4*>(
+                         x + (tok * n_cols + (size_t)g0 * 32) * VALUE_BYTES) + v);
+    }
+}
+
 template <class W>
 __device__ __forceinline__ void mmq_issue_x(MmqStage<W>& st, const i8* __restrict__ xq,
                                             const float2* __restrict__ xds, int tok0, int s,
                                             int n_cols, int n_tok) {
     const int n_groups = n_cols / 32, g0 = s * MMQ_STEP_GROUPS;
     const int groups = min(MMQ_STEP_GROUPS, n_groups - g0);
-    constexpr int x_vecs = MMQ_STEP / 16;
-    for (int i = threadIdx.x; i < MMQ_TOKENS * x_vecs; i += MMQ_THREADS) {
-        const int t = i / x_vecs, v = i % x_vecs;
-        if (v / 2 >= groups) continue;
-        const size_t tok = (size_t)min(tok0 + t, n_tok - 1);
-        copy16_async(reinterpret_cast<uint4*>(&st.x[t][16 * v]),
-                     reinterpret_cast<const uint4*>(xq + tok * n_cols + (size_t)g0 * 32) + v);
-    }
+    issue_activation_rows<1, MMQ_TOKENS, MMQ_THREADS, MMQ_X_STRIDE>(
+        reinterpret_cast<u8*>(&st.x[0][0]), reinterpret_cast<const u8*>(xq), tok0, s, n_cols,
+        n_tok);
     for (int i = threadIdx.x; i < MMQ_TOKENS * MMQ_STEP_GROUPS; i += MMQ_THREADS) {
         const int t = i / MMQ_STEP_GROUPS, g = i % MMQ_STEP_GROUPS;
         if (g >= groups) continue;

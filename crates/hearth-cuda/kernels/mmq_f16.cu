@@ -91,23 +91,6 @@ struct MmfStage {
     u16 x[MMF_TOKENS][MMF_X_STRIDE];
 };
 
-// The activations of step s (f16, 8 values per copy); groups past the row's end are not
-// copied (never read), tokens past the end read the last token.
-template <class W>
-__device__ __forceinline__ void mmf_issue_x(MmfStage<W>& st, const u16* __restrict__ xh,
-                                            int tok0, int s, int n_cols, int n_tok) {
-    const int n_groups = n_cols / 32, g0 = s * MMQ_STEP_GROUPS;
-    const int groups = min(MMQ_STEP_GROUPS, n_groups - g0);
-    constexpr int vecs = MMQ_STEP / 8;
-    for (int i = threadIdx.x; i < MMF_TOKENS * vecs; i += MMF_THREADS) {
-        const int t = i / vecs, v = i % vecs;
-        if (v / 4 >= groups) continue;
-        const size_t tok = (size_t)min(tok0 + t, n_tok - 1);
-        copy16_async(reinterpret_cast<uint4*>(&st.x[t][8 * v]),
-                     reinterpret_cast<const uint4*>(xh + tok * n_cols + (size_t)g0 * 32) + v);
-    }
-}
-
 // The tile of rows row_block * MMF_ROWS .. and tokens tok_tile * MMF_TOKENS .., or the part of
 // its steps `split` gives this block; grid: (row blocks, ceil(n_tok / MMF_TOKENS) * split.count).
 // W: mmq.cu's type (bytes, staging, scales); F: the f16 decoding above.
@@ -139,7 +122,11 @@ __device__ __forceinline__ void mmf(const u8* __restrict__ w, const u16* __restr
 
     issue_weight_rows<W, MMF_ROWS, MMF_THREADS>(ring[0].w, w, row0, first, n_rows, n_cols);
     await_previous_kernels();
-    if (first < end) mmf_issue_x<W>(ring[0], xh, tok0, first, n_cols, n_tok);
+    if (first < end) {
+        issue_activation_rows<2, MMF_TOKENS, MMF_THREADS, MMF_X_STRIDE * 2>(
+            reinterpret_cast<u8*>(&ring[0].x[0][0]), reinterpret_cast<const u8*>(xh), tok0,
+            first, n_cols, n_tok);
+    }
     copies_commit();
     for (int s = first; s < end; ++s) {
         copies_wait<0>();
@@ -148,7 +135,9 @@ __device__ __forceinline__ void mmf(const u8* __restrict__ w, const u16* __restr
         if (s + 1 < end) {
             MmfStage<W>& next = ring[(s + 1 - first) % 2];
             issue_weight_rows<W, MMF_ROWS, MMF_THREADS>(next.w, w, row0, s + 1, n_rows, n_cols);
-            mmf_issue_x<W>(next, xh, tok0, s + 1, n_cols, n_tok);
+            issue_activation_rows<2, MMF_TOKENS, MMF_THREADS, MMF_X_STRIDE * 2>(
+                reinterpret_cast<u8*>(&next.x[0][0]), reinterpret_cast<const u8*>(xh), tok0,
+                s + 1, n_cols, n_tok);
         }
         copies_commit();
         MmfStage<W>& st = ring[(s - first) % 2];
