@@ -245,8 +245,8 @@ __device__ __forceinline__ void mmq_issue_x(MmqStage<W>& st, const i8* __restric
 
 // How a launch splits each tile's steps between `count` blocks (split-K), where the tile's
 // rows and tokens alone would leave multiprocessors idle: blockIdx.y = token tile * count +
-// split; each split stores its sums in `part` (one slot of MMQ_THREADS * 8 floats per tile
-// and split), and the last of a tile's splits to finish, told by the tile's counter in
+// split; each split stores its sums in `part` (one slot per tile and split: every thread's
+// sums, see mmq_last_split), and the last of a tile's splits to finish, told by the tile's counter in
 // `counts` (zeroed, and left zeroed), adds them up in split order. count = 1: no split, part
 // and counts unused.
 struct MmqSplit {
