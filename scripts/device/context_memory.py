@@ -7,6 +7,8 @@ whole GPU) after each stage, plus nvidia-smi's figure for the process. Variants:
   plain       a context, then cuBLAS, then 20 allocations of 2 MiB + 16 bytes and of 1 MiB
   stack0      as plain, with the per-thread stack limit set to 0 right after the context
   nocublas    the context only, held while nvidia-smi looks
+  limits0     the context with the stack, printf FIFO and device malloc heap limits set to 0
+              (the driver's floor where it has one), each reported, held while nvidia-smi looks
 Stdlib only (ctypes): libcuda.so.1 from the driver, libcublas from the CUDA toolkit.
 """
 import ctypes
@@ -86,6 +88,16 @@ def run(variant, base):
             print(f"{variant:9} default {name} limit {value.value}")
         check(lib.cuCtxSetLimit(0, ctypes.c_size_t(0)), "cuCtxSetLimit")
         report("stack limit 0")
+    if variant == "limits0":
+        for limit, name in [(0, "stack"), (1, "printf fifo"), (2, "malloc heap")]:
+            rc = lib.cuCtxSetLimit(limit, ctypes.c_size_t(0))
+            value = ctypes.c_size_t()
+            lib.cuCtxGetLimit(ctypes.byref(value), limit)
+            print(f"{variant:9} {name} limit set to 0: CUresult {rc}, now {value.value}")
+            report(f"{name} limit 0")
+        time.sleep(1)
+        report("held")
+        return
     if variant == "nocublas":
         time.sleep(1)
         report("held")
@@ -114,5 +126,5 @@ if __name__ == "__main__":
         run(sys.argv[2], int(sys.argv[3]))
         sys.exit(0)
     base = 0  # absolute figures: the differences between stages are what matter
-    for variant in sys.argv[1:] or ["plain", "stack0", "nocublas"]:
+    for variant in sys.argv[1:] or ["plain", "stack0", "nocublas", "limits0"]:
         subprocess.run([sys.executable, __file__, "--child", variant, str(base)], check=False)

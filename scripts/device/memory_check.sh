@@ -7,7 +7,8 @@
 #      llama-3.1-8b:Q4_K_M; synthetic files from synth_gguf.py, quantized by hearth): each
 #      binary serves it with --ctx-size 4096 (16,384 KV tokens), and nvidia-smi's memory of the
 #      process is read once the server is up, and again after a 600-token prompt and a
-#      16-token answer; then ROUNDS (default 2) rounds of `hearth bench -p 512 -n 128 -r 3` of
+#      16-token answer (a model file already in WORK, as binary_ab.sh and gemv_ab.sh leave
+#      them, is used as it is); then ROUNDS (default 2) rounds of `hearth bench -p 512 -n 128 -r 3` of
 #      each binary, alternating (BENCH=0 skips them), to show the speed did not move.
 # Carried in .device-bin/: hearth.xz, hearth-base.xz (optional), tests.tar.xz (test-*
 # binaries: test-<name> for the hearth-cuda tests, test-engine-<name> for the engine's),
@@ -49,12 +50,15 @@ prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy do
 for spec in $MODELS; do
   preset=${spec%%:*} q=${spec##*:}
   f16=$work/$preset-F16.gguf m=$work/$preset-$q.gguf
-  [ -f "$f16" ] || python3 "$bin/synth_gguf.py" "$preset" "$f16" >>"$out/synth.log" 2>&1
-  "$bin/hearth" quantize "$f16" "$m" "$q" >>"$out/quantize.log" 2>&1 || {
-    status=1
-    echo "== $spec: quantize failed"
-    continue
-  }
+  # A quantized file left in WORK by an earlier script of the same call is used as it is.
+  if [ ! -s "$m" ]; then
+    [ -f "$f16" ] || python3 "$bin/synth_gguf.py" "$preset" "$f16" >>"$out/synth.log" 2>&1
+    "$bin/hearth" quantize "$f16" "$m" "$q" >>"$out/quantize.log" 2>&1 || {
+      status=1
+      echo "== $spec: quantize failed"
+      continue
+    }
+  fi
   echo "== $spec: file $(($(stat -c %s "$m") >> 20)) MiB"
   for h in $hearths; do
     tag=$(basename "$h")
@@ -85,7 +89,6 @@ for spec in $MODELS; do
       done
     done
   fi
-  rm -f "$m"
 done
 (cd "$out" && tar -cJf logs.tar.xz --remove-files ./*.log ./*.json 2>/dev/null)
 echo "== exit status $status"

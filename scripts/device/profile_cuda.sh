@@ -34,15 +34,17 @@ python3 -c 'import gguf' 2>/dev/null ||
 
 for preset in $MODELS; do
   f16=$work/$preset-F16.gguf
-  # Files left in WORK by an earlier call (or by bench_cuda.sh's models/) are used as they are.
-  [ -s "$f16" ] || python3 "$bin/synth_gguf.py" "$preset" "$f16" >"$out/synth-$preset.log" 2>&1 || {
-    status=1
-    tail -5 "$out/synth-$preset.log"
-    continue
-  }
   for q in $QUANTS; do
     m=$work/$preset-$q.gguf
-    [ -s "$m" ] || "$bin/hearth" quantize "$f16" "$m" "$q" >/dev/null 2>&1 || { status=1; continue; }
+    # Files left in WORK by an earlier call (or by bench_cuda.sh's models/) are used as they are.
+    if [ ! -s "$m" ]; then
+      [ -s "$f16" ] || python3 "$bin/synth_gguf.py" "$preset" "$f16" >"$out/synth-$preset.log" 2>&1 || {
+        status=1
+        tail -5 "$out/synth-$preset.log"
+        continue
+      }
+      "$bin/hearth" quantize "$f16" "$m" "$q" >/dev/null 2>&1 || { status=1; continue; }
+    fi
     # Warm the kernel cache so that compiling is not profiled.
     "$bin/hearth" bench "$m" --device cuda -p 32 -n 4 -r 1 >/dev/null 2>&1
     for run in ${RUNS:-pp tg par}; do

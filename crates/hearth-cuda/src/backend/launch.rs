@@ -269,7 +269,7 @@ impl CudaBackend {
     ) -> Result<(), CudaError> {
         let n = x.rows;
         if let Some(m) = &w.mlx {
-            if n > GEMV_MAX_TOKENS && self.blas.is_some() {
+            if n > GEMV_MAX_TOKENS && self.blas.usable(&self.dev, st.mode) {
                 return self.gemm(st, w, x, out, accumulate);
             }
             return self.launch_mlx_gemv(st, w, m, x, out, accumulate);
@@ -278,7 +278,8 @@ impl CudaBackend {
             return self.launch_mmq(st, kernel, w, x, out, accumulate);
         }
         // The GEMM path dequantizes whole 32-value groups (kernels/dequant.cu).
-        if n > GEMV_MAX_TOKENS && self.blas.is_some() && w.cols.is_multiple_of(32) {
+        if n > GEMV_MAX_TOKENS && w.cols.is_multiple_of(32) && self.blas.usable(&self.dev, st.mode)
+        {
             return self.gemm(st, w, x, out, accumulate);
         }
         let mode = if accumulate {
@@ -666,7 +667,7 @@ impl CudaBackend {
         if !st.mode.launches() {
             return Ok(());
         }
-        let Some(blas) = &self.blas else {
+        let Some(blas) = self.blas.get(&self.dev, st.mode) else {
             return Err(CudaError::Unsupported {
                 op: "gemm without cuBLAS",
                 ty: w.ty,

@@ -6,6 +6,7 @@
 //! (`state.rs` explains the modes).
 
 mod attention;
+mod blas;
 mod decode_layers;
 mod dependent_launch;
 mod forward;
@@ -23,7 +24,6 @@ pub use mmq::mmq_takes_f16_activations;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cudarc::cublas::CudaBlas;
 use cudarc::driver::{result, CudaSlice};
 use hearth_backend::{
     Activation, AttnBatch, AttnParams, Backend, BackendError, DenseLayer, DenseStack, HostWeight,
@@ -32,22 +32,12 @@ use hearth_backend::{
 use hearth_quant::GgmlType;
 use hearth_sampler::Candidate;
 
-use crate::error::driver;
 use crate::{CudaDevice, CudaError, KernelCache};
 use launch::Arg;
-use memory::{device_address, Lease, Pinned};
+use memory::{Lease, Pinned};
 use staging::{key_of, PINNED_START};
 use state::{Mode, State};
 use weight_heap::{WeightHeap, WeightMemory};
-
-/// cuBLAS workspace: set explicitly so that cuBLAS never allocates inside a graph recording.
-/// `HEARTH_CUDA_BLAS_WORKSPACE_MIB` sets its size in MiB (at least 1), for measurements.
-const BLAS_WORKSPACE: usize = 32 << 20;
-
-fn blas_workspace_bytes() -> usize {
-    measurement_setting("HEARTH_CUDA_BLAS_WORKSPACE_MIB", 1..=4096)
-        .map_or(BLAS_WORKSPACE, |mib| mib << 20)
-}
 
 /// A whole-number setting from the environment, for measurements: `None` when unset, or
 /// (with a warning naming the value) when it is not a number in `range`.
@@ -127,11 +117,6 @@ pub struct CudaKvCache {
     n_blocks: usize,
 }
 
-struct Blas {
-    handle: CudaBlas,
-    _workspace: CudaSlice<u8>,
-}
-
 /// Threads of a `top_k_f32` block (kernels/top_k.cu), one block per row.
 const TOP_K_THREADS: u32 = 1024;
 /// The largest k `top_k_f32` selects (its TOP_K_MAX; the sampler asks for at most this many).
@@ -140,10 +125,9 @@ pub(crate) const TOP_K_MAX: usize = hearth_sampler::MAX_DEVICE_TOP_K;
 /// The CUDA backend on one GPU.
 pub struct CudaBackend {
     dev: CudaDevice,
-    /// `None` when cuBLAS is not installed: larger batches then use the GEMV kernels.
-    blas: Option<Blas>,
-    /// GPU memory that creating cuBLAS (its handle and workspace) took.
-    blas_bytes: usize,
+    /// cuBLAS for long prompts, created at their first (`blas.rs`); where it is not
+    /// installed they use hearth's kernels.
+    blas: blas::LazyBlas,
     /// Where weights go; `None` where the GPU has no virtual memory management (each weight
     /// is then an allocation of its own).
     weights: Option<Arc<WeightHeap>>,
@@ -160,60 +144,25 @@ impl CudaBackend {
     /// Opens GPU `ordinal` with the kernels from the default cache (compiled on a miss).
     pub fn open(ordinal: usize) -> Result<Self, CudaError> {
         let dev = CudaDevice::open(ordinal, &KernelCache::default_location())?;
-        let stream = dev.stream().clone();
-        let in_use_before_blas = memory::in_use_on_gpu();
-        // SAFETY: checks that the library can be loaded before the bindings touch it.
-        let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
-            let handle = CudaBlas::new(stream.clone()).map_err(|e| CudaError::Driver {
-                during: "cuBLAS initialization",
-                message: format!("{e:?}"),
-            })?;
-            let workspace_bytes = blas_workspace_bytes();
-            let workspace = stream
-                .alloc_zeros::<u8>(workspace_bytes)
-                .map_err(driver("cuBLAS workspace"))?;
-            let ptr = device_address(&workspace, &stream);
-            // SAFETY: the workspace outlives the handle (both live in `Blas`, handle first).
-            unsafe {
-                cudarc::cublas::sys::cublasSetWorkspace_v2(
-                    *handle.handle(),
-                    ptr as *mut std::ffi::c_void,
-                    workspace_bytes,
-                )
-            }
-            .result()
-            .map_err(|e| CudaError::Driver {
-                during: "cuBLAS workspace",
-                message: format!("{e:?}"),
-            })?;
-            Some(Blas {
-                handle,
-                _workspace: workspace,
-            })
-        } else {
-            None
-        };
+        let context_bytes = memory::in_use_on_gpu();
         let weights = WeightHeap::new(
             dev.context(),
             dev.info().ordinal,
             dev.info().total_memory as usize,
         );
         let pinned = Pinned::new(dev.context(), PINNED_START)?;
-        let blas_bytes = memory::in_use_on_gpu().saturating_sub(in_use_before_blas);
         let overlap_launches = dependent_launch::overlap_launches(dev.info().compute_capability);
         let one_kernel_decode = decode_layers::decode_layers_by_default(&dev);
         tracing::debug!(
             overlap_launches,
             one_kernel_decode,
-            context_mib = in_use_before_blas >> 20,
-            cublas_mib = blas_bytes >> 20,
+            context_mib = context_bytes >> 20,
             kernel_local_bytes = dev.kernel_local_bytes(),
             "CUDA backend opened"
         );
         Ok(Self {
             dev,
-            blas,
-            blas_bytes,
+            blas: blas::LazyBlas::new(),
             weights,
             weight_bytes: AtomicUsize::new(0),
             state: Mutex::new(State::new(pinned)),

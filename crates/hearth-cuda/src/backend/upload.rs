@@ -147,7 +147,7 @@ impl CudaBackend {
             weights_mib = mib(weights),
             weights_mapped_mib = weights_mapped,
             kv_cache_mib = mib(kv_bytes),
-            cublas_mib = mib(self.blas_bytes),
+            cublas_mib = mib(self.blas.bytes()),
             in_use_on_gpu_mib = mib(super::memory::in_use_on_gpu()),
             "GPU memory after loading (in use on the GPU: all processes, the CUDA context too)"
         );
