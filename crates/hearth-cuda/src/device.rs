@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 63] = [
+pub(crate) const KERNEL_NAMES: [&str; 67] = [
     "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
@@ -42,6 +42,10 @@ pub(crate) const KERNEL_NAMES: [&str; 63] = [
     "attention_hd64",
     "attention_hd128",
     "attention_hd256",
+    "attention_hd32_wide",
+    "attention_hd64_wide",
+    "attention_hd128_wide",
+    "attention_hd256_wide",
     "gemv3_q8_0",
     "gemv3_q4_0",
     "gemv3_q4_k",

@@ -114,7 +114,7 @@ fn prompt_and_decode_attention_match_the_cpu() {
         let mut cache_gpu = gpu.new_kv_cache(&spec).expect("gpu cache");
         // Step 1: prompts (one of 130 tokens: three flash tiles, the last partial).
         // Step 2: continuations after the cached positions, next to a decode token.
-        // Step 3: a decode step of all three (the exact kernel).
+        // Step 3: a decode step of all three (the exact kernel, in its wide blocks: 3 tokens).
         let steps: [&[(usize, usize)]; 3] = [
             &[(0, 130), (0, 20), (0, 3)],
             &[(130, 77), (20, 1), (3, 150)],

@@ -36,12 +36,18 @@ impl CudaBackend {
             let longest = batch.seqs.iter().map(|s| s.n_tokens).max().unwrap_or(0);
             longest >= FLASH_MIN_QUERIES
         });
-        // The kernel whose per-lane share covers the head (lanes past head_dim sit idle).
-        let name = match hd {
-            1..=32 => "attention_hd32",
-            33..=64 => "attention_hd64",
-            65..=128 => "attention_hd128",
-            129..=256 => "attention_hd256",
+        // The kernel whose per-lane share covers the head (lanes past head_dim sit idle), in
+        // blocks of 4 or ATTN_WIDE_WARPS warps.
+        let wide = self.wide_attention(n);
+        let name = match (hd, wide) {
+            (1..=32, false) => "attention_hd32",
+            (33..=64, false) => "attention_hd64",
+            (65..=128, false) => "attention_hd128",
+            (129..=256, false) => "attention_hd256",
+            (1..=32, true) => "attention_hd32_wide",
+            (33..=64, true) => "attention_hd64_wide",
+            (65..=128, true) => "attention_hd128_wide",
+            (129..=256, true) => "attention_hd256_wide",
             _ => {
                 return Err(BackendError::Unsupported(format!(
                     "CUDA attention has no kernel for head size {hd}"
@@ -123,7 +129,7 @@ impl CudaBackend {
             st,
             name,
             (p.n_heads as u32, n as u32),
-            128,
+            if wide { ATTN_WIDE_WARPS * 32 } else { 4 * 32 },
             &[
                 Arg::P(q.ptr),
                 Arg::P(kc),
@@ -154,6 +160,24 @@ impl CudaBackend {
             }));
         }
         Ok(())
+    }
+
+    /// Whether a batch of `n` tokens gets attention blocks of ATTN_WIDE_WARPS warps rather
+    /// than 4 (one block per query head and token). Each warp walks every 4th or 32nd
+    /// position, one after another, a chain of dependent loads: a few tokens' heads alone
+    /// would leave most of the GPU idle, many tokens' fill it with blocks of 4.
+    /// `HEARTH_CUDA_ATTN_WIDE` (0 or 1) sets it for every batch, for measurements. Where steps
+    /// may run as one kernel (`decode_layers.rs`), whose blocks are 4 warps, the op-by-op steps
+    /// keep 4 too: the two then give the same bits.
+    ///
+    /// NOTE (H100, `scripts/device/binary_ab.sh`, tg128, two rounds each, tok/s): Qwen3-0.6B
+    /// Q8_0 with 4 warps 769.2 / 763.8, 8 warps 809.5 / 832.7, 16 warps 890.4 / 910.9; in a
+    /// second call 4 warps 740.1 / 735.3, 16 902.7 / 906.8, 32 930.4 / 934.2. Llama-3.1-8B
+    /// Q4_K_M in that call: 302.7 / 302.0, 329.6 / 332.8, 332.9 / 335.3. 64 sequences (4 warps
+    /// either way) within the rounds' spread.
+    fn wide_attention(&self, n: usize) -> bool {
+        self.wide_attention_set
+            .unwrap_or(n <= ATTN_FEW_TOKENS && !self.one_kernel_decode)
     }
 
     /// The batch's new keys and values into their f16 cache slots (kernels/model.cu).
@@ -194,6 +218,10 @@ impl CudaBackend {
 /// (kernels/flash_prefill.cu): it rounds the softmax weights to f16, so decode steps (and
 /// short verification runs) keep the exact kernel.
 const FLASH_MIN_QUERIES: usize = 16;
+/// Batches of at most this many tokens get attention blocks of ATTN_WIDE_WARPS warps rather
+/// than 4 (`wide_attention`); the kernels' ATTN_WIDE_WARPS must be the same.
+const ATTN_FEW_TOKENS: usize = 4;
+const ATTN_WIDE_WARPS: u32 = 32;
 /// Query rows of one flash-attention block (4 warps of 16) and its threads.
 const FLASH_ROWS: usize = 64;
 const FLASH_THREADS: u32 = 128;

@@ -138,6 +138,9 @@ pub struct CudaBackend {
     overlap_launches: bool,
     /// Whether one-token decode steps may run their layers as one kernel (`decode_layers.rs`).
     one_kernel_decode: bool,
+    /// `HEARTH_CUDA_ATTN_WIDE`: wide attention blocks for every batch or none
+    /// (`attention.rs` `wide_attention`).
+    wide_attention_set: Option<bool>,
 }
 
 impl CudaBackend {
@@ -168,6 +171,7 @@ impl CudaBackend {
             state: Mutex::new(State::new(pinned)),
             overlap_launches,
             one_kernel_decode,
+            wide_attention_set: measurement_setting("HEARTH_CUDA_ATTN_WIDE", 0..=1).map(|v| v == 1),
         })
     }
 
