@@ -1,8 +1,9 @@
 //! cuBLAS, created at its first use rather than when the GPU is opened.
 //!
 //! Its handle and workspace hold about 100 MiB of GPU memory (68 MiB for the handle on an
-//! H100), and only batches past the MMQ kernels' sizes (long prompts) multiply through it: a
-//! server that decodes, or a model that fits in a small GPU, never needs it.
+//! H100), and only batches past the MMQ kernels' sizes (prompts past 128 tokens, or weights
+//! MMQ does not take) multiply through it: a loaded model that has only decoded never needs
+//! it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
