@@ -16,10 +16,12 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 scripts/check-macos.sh
 cargo test --workspace --locked --no-fail-fast "$@"
 # The golden model tests again with the wgpu backend (lavapipe here): small models, few tokens.
+# NOTE: `--workspace` selects the test binaries built above; `-p hearth-engine` resolves other
+# features and rebuilt much of the tree (about 6 minutes on two cores).
 if [[ "${HEARTH_REQUIRE_WGPU:-}" == 1 ]]; then
-    HEARTH_TEST_DEVICE=wgpu cargo test -p hearth-engine --test golden_models --locked \
+    HEARTH_TEST_DEVICE=wgpu cargo test --workspace --test golden_models --locked \
         -- qwen3_tiny_f16 qwen3_tiny_q8_0_logits smollm2_logits
-    HEARTH_TEST_DEVICE=wgpu cargo test -p hearth-engine --test mlx_folder --locked \
+    HEARTH_TEST_DEVICE=wgpu cargo test --workspace --test mlx_folder --locked \
         -- matches_transformers
 else
     echo "skipping the golden model tests on wgpu: no Vulkan driver (see scripts/setup-lavapipe.sh)"
