@@ -238,6 +238,20 @@ mod tests {
         );
     }
 
+    /// The wide attention kernels' blocks are launched with the host's width; a kernel
+    /// compiled for fewer warps would write past its shared arrays.
+    #[test]
+    fn the_wide_attention_kernels_have_the_width_the_host_launches() {
+        let define = format!(
+            "#define ATTN_WIDE_WARPS {}",
+            crate::backend::ATTN_WIDE_WARPS
+        );
+        assert!(
+            KERNEL_SOURCE.contains(&define),
+            "kernels/model.cu lacks `{define}`"
+        );
+    }
+
     /// NVRTC needs no GPU, so wherever the library loads (with or without a driver) the
     /// kernels must compile for the archs hearth targets.
     #[test]

@@ -19,6 +19,8 @@ mod state;
 mod upload;
 mod weight_heap;
 
+#[cfg(test)]
+pub(crate) use attention::ATTN_WIDE_WARPS;
 pub use mmq::mmq_takes_f16_activations;
 
 use std::sync::atomic::AtomicUsize;
