@@ -219,7 +219,8 @@ impl CudaBackend {
 /// short verification runs) keep the exact kernel.
 const FLASH_MIN_QUERIES: usize = 16;
 /// Batches of at most this many tokens get attention blocks of ATTN_WIDE_WARPS warps rather
-/// than 4 (`wide_attention`); the kernels' ATTN_WIDE_WARPS must be the same (a compile.rs test checks).
+/// than 4 (`wide_attention`); the kernels' ATTN_WIDE_WARPS must be the same (a test in
+/// compile.rs checks).
 const ATTN_FEW_TOKENS: usize = 4;
 pub(crate) const ATTN_WIDE_WARPS: u32 = 32;
 /// Query rows of one flash-attention block (4 warps of 16) and its threads.
