@@ -79,6 +79,29 @@ __device__ __forceinline__ void await_previous_kernels() {
 #endif
 }
 
+// Lets the kernels queued after this one launch before it ends (griddepcontrol.launch_dependents
+// from every block; a block that exits counts too). Their griddepcontrol.wait still waits for
+// this whole grid to end and its writes to be visible, so this only moves when they start.
+// The decode step's kernels of few blocks (norm + quantize, rope, attention) call it once their
+// own wait is over (SMALL_TRIGGER 1), so that the next kernel's blocks stage their weights
+// meanwhile: they take slots these kernels leave free.
+//
+// NOTE (H100, hearth bench tg128, `scripts/device/gemv_ab.sh`, rounds in one call): Qwen3-0.6B
+// Q8_0 907 / 938 -> 941 / 985 tok/s, then 896 / 931 / 915 -> 989 / 976 / 990; Llama-3.1-8B
+// Q4_K_M 333 / 334 -> 336 / 337, then 335 / 330 / 336 -> 347 / 342 / 342. The int8 GEMVs
+// triggering after their loop over the row lost (0.6B 848-907, 8B 315-319 against 907-938 and
+// 333-334), and so did GEMVs of at most 600 or 800 blocks (one wave) triggering after their
+// wait (0.6B 911-983 against 959-977, 8B 321-338 against 335-341): the next kernel's early
+// blocks cost these more than its launch did.
+#ifndef SMALL_TRIGGER
+#define SMALL_TRIGGER 1
+#endif
+__device__ __forceinline__ void let_dependents_launch() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Asks L2 for `bytes` bytes from `p` (weights, before await_previous_kernels), one 128-byte
 // line per lane of the warp at a time. A hint: nothing waits for it.
 __device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes, int lane) {

@@ -42,11 +42,46 @@
 #define Q8A_EARLY_STAGE 1
 #endif
 
+// Blocks per multiprocessor the Q6_K GEMV's registers must allow (Q8aQ6_K::dot's funnel
+// shifts hold more words than its 16-bit loads did: 96 registers, 5 blocks, unbounded).
+//
+// NOTE (H100, hearth bench tg128, `scripts/device/gemv_ab.sh`, three rounds in one call,
+// Llama-3.1-8B Q4_K_M, whose output matrix, v and a third of its down projections are Q6_K):
+// 16-bit loads 346.8 / 342.4 / 341.7 tok/s, funnel shifts 345.1 / 343.7 / 346.8, the same held
+// to 8 blocks 346.1 / 346.9 / 346.7.
+#ifndef Q8A_Q6K_MIN_BLOCKS
+#define Q8A_Q6K_MIN_BLOCKS 8
+#endif
+// Q4_K scales and mins from registers with fewer instructions (q4k_dot_regs), the same values.
+#ifndef Q8A_Q4K_LEAN_SCALES
+#define Q8A_Q4K_LEAN_SCALES 1
+#endif
+
 // The sum of the four signed byte products of a and b, plus c.
 __device__ __forceinline__ int dp4a(u32 a, u32 b, int c) {
     int r;
     asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
+}
+
+// The sum of the four products of a's unsigned bytes and b's signed bytes, plus c.
+__device__ __forceinline__ int dp4a_us(u32 a, u32 b, int c) {
+    int r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+// The five aligned words that hold the 16 bytes at p (2-byte aligned), and the bit offset of
+// p's first byte in the first: funnel shifts then take any 4 of the bytes, already shifted.
+// Reads up to 4 bytes past the 16 (inside the block for every caller).
+__device__ __forceinline__ u32 load20_a2(const u8* p, u32* v) {
+    // NOTE: the aligned address as p minus its offset, so that the compiler still knows
+    // which memory p is in (shared-memory windows take LDS, not generic loads).
+    const u32 off = (u32)reinterpret_cast<size_t>(p) & 3u;
+    const u32* w = reinterpret_cast<const u32*>(p - off);
+#pragma unroll
+    for (int j = 0; j < 5; ++j) v[j] = w[j];
+    return 8 * off;
 }
 
 // Bytes in 0..63 minus 32, as signed bytes (no borrow crosses a byte: every byte + 96 < 256).
@@ -153,10 +188,15 @@ struct Q8aQ8_0 {
     __device__ static __forceinline__ float dot(const u8* b, const uint4* xvs, float2 ds, int sub) {
         const uint4 xv = xvs[0];
         const u8* q = b + 2 + 16 * sub;
-        int s = dp4a(load_u32_a2(q), xv.x, 0);
-        s = dp4a(load_u32_a2(q + 4), xv.y, s);
-        s = dp4a(load_u32_a2(q + 8), xv.z, s);
-        s = dp4a(load_u32_a2(q + 12), xv.w, s);
+        // Aligned words and funnel shifts rather than 16-bit halves: 12 shared-memory loads
+        // instead of 18 per step of two rows. NOTE: may read 4 bytes past the block, which
+        // the window leaves room for (gemv_warp_rows_q8a).
+        u32 v[5];
+        const u32 sh = load20_a2(q, v);
+        int s = dp4a(__funnelshift_r(v[0], v[1], sh), xv.x, 0);
+        s = dp4a(__funnelshift_r(v[1], v[2], sh), xv.y, s);
+        s = dp4a(__funnelshift_r(v[2], v[3], sh), xv.z, s);
+        s = dp4a(__funnelshift_r(v[3], v[4], sh), xv.w, s);
         return load_half(b) * ds.x * (float)s;
     }
 };
@@ -220,13 +260,21 @@ struct Q8aQ6_K {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const u32 xs[4] = {xv[h].x, xv[h].y, xv[h].z, xv[h].w};
+            // The words are read aligned (load20_a2); one funnel shift both realigns them and
+            // takes the lane's nibbles or 2-bit fields. sum((q - 32) x) is taken as
+            // sum(q x) - 32 sum(x): the same integers, and the warp's rows share sum(x).
+            u32 lw[5], hw[5];
+            const u32 ls = load20_a2(ql + 16 * h, lw) + lshift;
+            const u32 hs = load20_a2(qh + 16 * h, hw) + hshift;
+            int xsum = 0;
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-                const int at = 16 * h + 4 * k;
-                const u32 lo = (load_u32_a2(ql + at) >> lshift) & 0x0F0F0F0Fu;
-                const u32 hi = ((load_u32_a2(qh + at) >> hshift) & 0x03030303u) << 4;
-                acc[h] = dp4a(sub32_bytes(lo | hi), xs[k], acc[h]);
+                const u32 lo = __funnelshift_r(lw[k], lw[k + 1], ls) & 0x0F0F0F0Fu;
+                const u32 hi = (__funnelshift_r(hw[k], hw[k + 1], hs) & 0x03030303u) << 4;
+                acc[h] = dp4a_us(lo | hi, xs[k], acc[h]);
+                xsum = dp4a(0x01010101u, xs[k], xsum);
             }
+            acc[h] -= 32 * xsum;
         }
         const i8* scales = reinterpret_cast<const i8*>(b + 192) + 2 * sub;
         return load_half(b + 208) * ds.x *
@@ -304,7 +352,8 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
     warp_weight_rows(rows, w, w2, glu, row0, n_rows, row_bytes);
     const int lane_block = lane / B::LANES, sub = lane % B::LANES;
     const int blocks_per_step = WARP_SIZE / B::LANES;
-    const int max_per_window = (Q8A_WINDOW_BYTES - 15) / B::BYTES;
+    // Room for the skew (up to 15 bytes) and for the 4 bytes Q8aQ8_0::dot may read past a block.
+    const int max_per_window = (Q8A_WINDOW_BYTES - 15 - 4) / B::BYTES;
     const int n_windows = (n_blocks + max_per_window - 1) / max_per_window;
     const int blocks_per_window = (n_blocks + n_windows - 1) / n_windows;
     const uint4* xq4 = reinterpret_cast<const uint4*>(xq);
@@ -389,10 +438,19 @@ __device__ __forceinline__ float q4k_dot_regs(uint4 head, const uint4* q, const 
                                               float2 ds, int g) {
     // scale_min_k4 without a branch: g is fixed per lane, but lanes 0-3 and 4-7 of a block
     // would take different sides.
+#if Q8A_Q4K_LEAN_SCALES
+    // Every group's scale and min come from byte g % 4 of the scales' three words (head.y:
+    // scales[0..4], head.z: [4..8], head.w: [8..12]).
+    const u32 at = 8 * (g & 3);
+    const u32 y = head.y >> at, z = head.z >> at, w = head.w >> at;
+    const int scale = g < 4 ? (int)(y & 63) : (int)((w & 15) | ((y >> 2) & 0x30));
+    const int min = g < 4 ? (int)(z & 63) : (int)(((w >> 4) & 15) | ((z >> 2) & 0x30));
+#else
     const int a = q4k_scale_byte(head, g), b = q4k_scale_byte(head, g + 4);
     const int c = q4k_scale_byte(head, g < 4 ? g : g - 4);
     const int scale = g < 4 ? (a & 63) : ((b & 15) | ((c >> 6) << 4));
     const int min = g < 4 ? (b & 63) : ((b >> 4) | ((a >> 6) << 4));
+#endif
     const int shift = 4 * (g & 1);
     int s = 0;
 #pragma unroll
@@ -447,14 +505,17 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
     float acc[ROWS_PER_WARP];
 #pragma unroll
     for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] = 0.f;
-    for (; b < n_blocks; b += 4) {
-        uint4 next_head[ROWS_PER_WARP], next_q[ROWS_PER_WARP][2];
-        if (b + 4 < n_blocks) load(b + 4, next_head, next_q);
+    auto multiply = [&](int b, const uint4* hd, const uint4 (*qs)[2]) {
         const int v = b * 256 + 32 * g;  // first value of the lane
         const uint4 xv[2] = {xq4[v / 16], xq4[v / 16 + 1]};
         const float2 ds = xds[v / 32];
 #pragma unroll
-        for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] += q4k_dot_regs(head[r], q[r], xv, ds, g);
+        for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] += q4k_dot_regs(hd[r], qs[r], xv, ds, g);
+    };
+    for (; b < n_blocks; b += 4) {
+        uint4 next_head[ROWS_PER_WARP], next_q[ROWS_PER_WARP][2];
+        if (b + 4 < n_blocks) load(b + 4, next_head, next_q);
+        multiply(b, head, q);
 #pragma unroll
         for (int r = 0; r < ROWS_PER_WARP; ++r) {
             head[r] = next_head[r];
@@ -546,7 +607,7 @@ gemv_q8a_q4_k(const u8* w, const u8* w2, const i8* xq, const float2* xds, float*
                   {yq, yds, counts});
 }
 
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, Q8A_Q6K_MIN_BLOCKS)
 gemv_q8a_q6_k(const u8* w, const u8* w2, const i8* xq, const float2* xds, float* y, int n_rows,
               int n_cols, int mode, i8* yq, float2* yds, u32* counts) {
     gemv_rows_q8a(GGML_Q6_K, w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x,
