@@ -52,10 +52,6 @@
 #ifndef Q8A_Q6K_MIN_BLOCKS
 #define Q8A_Q6K_MIN_BLOCKS 8
 #endif
-// Q4_K scales and mins from registers with fewer instructions (q4k_dot_regs), the same values.
-#ifndef Q8A_Q4K_LEAN_SCALES
-#define Q8A_Q4K_LEAN_SCALES 1
-#endif
 
 // The sum of the four signed byte products of a and b, plus c.
 __device__ __forceinline__ int dp4a(u32 a, u32 b, int c) {
@@ -73,7 +69,7 @@ __device__ __forceinline__ int dp4a_us(u32 a, u32 b, int c) {
 
 // The five aligned words that hold the 16 bytes at p (2-byte aligned), and the bit offset of
 // p's first byte in the first: funnel shifts then take any 4 of the bytes, already shifted.
-// Reads up to 4 bytes past the 16 (inside the block for every caller).
+// Reads up to 4 bytes past the 16: callers keep that much room after the block.
 __device__ __forceinline__ u32 load20_a2(const u8* p, u32* v) {
     // NOTE: the aligned address as p minus its offset, so that the compiler still knows
     // which memory p is in (shared-memory windows take LDS, not generic loads).
@@ -425,32 +421,19 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
 #define Q8A_DIRECT_Q4K 1
 #endif
 
-// Byte i (0..11) of a Q4_K block's packed scales, from its first 16 bytes held in `head`
-// (d | dmin | scales[12]).
-__device__ __forceinline__ int q4k_scale_byte(uint4 head, int i) {
-    const u32 word = i < 4 ? head.y : (i < 8 ? head.z : head.w);
-    return (int)((word >> (8 * (i & 3))) & 0xFFu);
-}
-
 // Q8aQ4_K::dot on a block held in registers: `head` its first 16 bytes, `q` the 32 bytes of
 // quants holding group g. The same arithmetic in the same order, so the same bits.
 __device__ __forceinline__ float q4k_dot_regs(uint4 head, const uint4* q, const uint4* xv,
                                               float2 ds, int g) {
-    // scale_min_k4 without a branch: g is fixed per lane, but lanes 0-3 and 4-7 of a block
-    // would take different sides.
-#if Q8A_Q4K_LEAN_SCALES
-    // Every group's scale and min come from byte g % 4 of the scales' three words (head.y:
-    // scales[0..4], head.z: [4..8], head.w: [8..12]).
+    // scale_min_k4 without a branch (g is fixed per lane, but lanes 0-3 and 4-7 of a block
+    // would take different sides): every group's scale and min come from byte g % 4 of the
+    // scales' three words (head.y: scales[0..4], head.z: [4..8], head.w: [8..12]). NOTE: 147 instructions a loop step
+    // against 164 picking bytes by index; Llama-3.1-8B Q4_K_M tg128 on an H100 349.0 / 346.5 /
+    // 348.3 tok/s against 342.6 / 342.3 / 341.2 (BENCHMARKS.md, 2026-11-27).
     const u32 at = 8 * (g & 3);
     const u32 y = head.y >> at, z = head.z >> at, w = head.w >> at;
     const int scale = g < 4 ? (int)(y & 63) : (int)((w & 15) | ((y >> 2) & 0x30));
     const int min = g < 4 ? (int)(z & 63) : (int)(((w >> 4) & 15) | ((z >> 2) & 0x30));
-#else
-    const int a = q4k_scale_byte(head, g), b = q4k_scale_byte(head, g + 4);
-    const int c = q4k_scale_byte(head, g < 4 ? g : g - 4);
-    const int scale = g < 4 ? (a & 63) : ((b & 15) | ((c >> 6) << 4));
-    const int min = g < 4 ? (b & 63) : ((b >> 4) | ((a >> 6) << 4));
-#endif
     const int shift = 4 * (g & 1);
     int s = 0;
 #pragma unroll
@@ -505,17 +488,14 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
     float acc[ROWS_PER_WARP];
 #pragma unroll
     for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] = 0.f;
-    auto multiply = [&](int b, const uint4* hd, const uint4 (*qs)[2]) {
+    for (; b < n_blocks; b += 4) {
+        uint4 next_head[ROWS_PER_WARP], next_q[ROWS_PER_WARP][2];
+        if (b + 4 < n_blocks) load(b + 4, next_head, next_q);
         const int v = b * 256 + 32 * g;  // first value of the lane
         const uint4 xv[2] = {xq4[v / 16], xq4[v / 16 + 1]};
         const float2 ds = xds[v / 32];
 #pragma unroll
-        for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] += q4k_dot_regs(hd[r], qs[r], xv, ds, g);
-    };
-    for (; b < n_blocks; b += 4) {
-        uint4 next_head[ROWS_PER_WARP], next_q[ROWS_PER_WARP][2];
-        if (b + 4 < n_blocks) load(b + 4, next_head, next_q);
-        multiply(b, head, q);
+        for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] += q4k_dot_regs(head[r], q[r], xv, ds, g);
 #pragma unroll
         for (int r = 0; r < ROWS_PER_WARP; ++r) {
             head[r] = next_head[r];
