@@ -83,8 +83,8 @@ __device__ __forceinline__ void await_previous_kernels() {
 // from every block; a block that exits counts too). Their griddepcontrol.wait still waits for
 // this whole grid to end and its writes to be visible, so this only moves when they start.
 // The decode step's kernels of few blocks (norm + quantize, rope, attention) call it once their
-// own wait is over (SMALL_TRIGGER 1), so that the next kernel's blocks stage their weights
-// meanwhile: they take slots these kernels leave free.
+// own wait is over, so that the next kernel's blocks stage their weights meanwhile: they take
+// slots these kernels leave free. SMALL_TRIGGER 0 makes it do nothing.
 //
 // NOTE (H100, hearth bench tg128, `scripts/device/gemv_ab.sh`, rounds in one call): Qwen3-0.6B
 // Q8_0 907 / 938 -> 941 / 985 tok/s, then 896 / 931 / 915 -> 989 / 976 / 990; Llama-3.1-8B
@@ -97,7 +97,7 @@ __device__ __forceinline__ void await_previous_kernels() {
 #define SMALL_TRIGGER 1
 #endif
 __device__ __forceinline__ void let_dependents_launch() {
-#if __CUDA_ARCH__ >= 900
+#if __CUDA_ARCH__ >= 900 && SMALL_TRIGGER
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

@@ -427,9 +427,10 @@ __device__ __forceinline__ float q4k_dot_regs(uint4 head, const uint4* q, const 
                                               float2 ds, int g) {
     // scale_min_k4 without a branch (g is fixed per lane, but lanes 0-3 and 4-7 of a block
     // would take different sides): every group's scale and min come from byte g % 4 of the
-    // scales' three words (head.y: scales[0..4], head.z: [4..8], head.w: [8..12]). NOTE: 147 instructions a loop step
-    // against 164 picking bytes by index; Llama-3.1-8B Q4_K_M tg128 on an H100 349.0 / 346.5 /
-    // 348.3 tok/s against 342.6 / 342.3 / 341.2 (BENCHMARKS.md, 2026-11-27).
+    // scales' three words (head.y: scales[0..4], head.z: [4..8], head.w: [8..12]).
+    // NOTE: 147 instructions a loop step against 164 picking bytes by index; Llama-3.1-8B
+    // Q4_K_M tg128 on an H100 349.0 / 346.5 / 348.3 tok/s against 342.6 / 342.3 / 341.2
+    // (BENCHMARKS.md, 2026-11-27).
     const u32 at = 8 * (g & 3);
     const u32 y = head.y >> at, z = head.z >> at, w = head.w >> at;
     const int scale = g < 4 ? (int)(y & 63) : (int)((w & 15) | ((y >> 2) & 0x30));

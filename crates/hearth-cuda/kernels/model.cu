@@ -79,9 +79,7 @@ extern "C" __global__ void rms_norm_quantize(const float* __restrict__ x,
                                              i8* __restrict__ yq, float2* __restrict__ yds,
                                              int cols, float eps) {
     await_previous_kernels();
-#if SMALL_TRIGGER
     let_dependents_launch();
-#endif
     const size_t row = (size_t)blockIdx.x * cols;
     const int step = 4 * blockDim.x;
     const int first = 4 * threadIdx.x;
@@ -351,9 +349,7 @@ __device__ void attend(const float* __restrict__ q, u16* __restrict__ kc,
                        float softcap, i8* oq, float2* ods, const float* __restrict__ knew,
                        const float* __restrict__ vnew) {
     await_previous_kernels();
-#if SMALL_TRIGGER
     if (WARPS > 4) let_dependents_launch();  // the few-token steps
-#endif
     const int t = blockIdx.y, h = blockIdx.x;
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int kv_dim = n_kv_heads * head_dim;
@@ -485,9 +481,7 @@ extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, con
                                         const float* theta_scales, float freq_scale,
                                         const float* factors, int neox) {
     await_previous_kernels();
-#if SMALL_TRIGGER
     let_dependents_launch();
-#endif
     __shared__ float head[256];
     const int t = blockIdx.y, hi = blockIdx.x;
     const bool is_q = hi < n_q_heads;
