@@ -451,9 +451,9 @@ __device__ __forceinline__ float q4k_dot_regs(uint4 head, const uint4* q, const 
 
 // gemv_warp_rows_q8a for Q4_K weights without shared memory: each lane loads the 48 bytes of a
 // block it needs (the 16-byte head, its group's 32 quant bytes) with 16-byte read-only loads,
-// the next block's loads in flight while it multiplies the current one. The first block's
-// loads go out before the kernel before this one has ended. Rows are 16-byte aligned: weights
-// start at allocations and are cut in whole rows of 144-byte blocks.
+// the next block's loads (and its activations) in flight while it multiplies the current one.
+// The first block's loads go out before the kernel before this one has ended. Rows are 16-byte
+// aligned: weights start at allocations and are cut in whole rows of 144-byte blocks.
 __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__ w,
                                                           const u8* __restrict__ w2,
                                                           const i8* __restrict__ xq,
@@ -483,18 +483,34 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
             qs[r][1] = __ldg(qp + 1);
         }
     };
+    // The activations go out one step ahead too, with the weights: waiting on them at the
+    // step that multiplies them was the kernel's most common stall.
+    // NOTE (H100, hearth bench tg128, `scripts/device/gemv_ab.sh`, three rounds in one call):
+    // Llama-3.1-8B Q4_K_M 348.6 / 347.4 / 351.1 -> 357.2 / 360.0 / 354.4 tok/s. The same in
+    // the staged kernels (gemv_warp_rows_q8a) lost: 346.8 / 346.3 / 347.8, and Qwen3-0.6B
+    // Q8_0 990 / 981 / 998 -> 986 / 966 / 978 (its loop grew from 68 to 86 instructions).
+    auto load_x = [&](int b, uint4* xv, float2& ds) {
+        const int v = b * 256 + 32 * g;  // first value of the lane
+        xv[0] = xq4[v / 16];
+        xv[1] = xq4[v / 16 + 1];
+        ds = xds[v / 32];
+    };
     int b = lane / 8;
     if (b < n_blocks) load(b, head, q);
     await_previous_kernels();
+    uint4 xv[2];
+    float2 ds;
+    if (b < n_blocks) load_x(b, xv, ds);
     float acc[ROWS_PER_WARP];
 #pragma unroll
     for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] = 0.f;
     for (; b < n_blocks; b += 4) {
-        uint4 next_head[ROWS_PER_WARP], next_q[ROWS_PER_WARP][2];
-        if (b + 4 < n_blocks) load(b + 4, next_head, next_q);
-        const int v = b * 256 + 32 * g;  // first value of the lane
-        const uint4 xv[2] = {xq4[v / 16], xq4[v / 16 + 1]};
-        const float2 ds = xds[v / 32];
+        uint4 next_head[ROWS_PER_WARP], next_q[ROWS_PER_WARP][2], next_xv[2];
+        float2 next_ds;
+        if (b + 4 < n_blocks) {
+            load(b + 4, next_head, next_q);
+            load_x(b + 4, next_xv, next_ds);
+        }
 #pragma unroll
         for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] += q4k_dot_regs(head[r], q[r], xv, ds, g);
 #pragma unroll
@@ -503,6 +519,9 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
             q[r][0] = next_q[r][0];
             q[r][1] = next_q[r][1];
         }
+        xv[0] = next_xv[0];
+        xv[1] = next_xv[1];
+        ds = next_ds;
     }
     gemv_finish(acc, y, row0, n_rows, mode, lane);
     if (glu && q8.yq != nullptr) quantize_when_complete(y, q8, row0, lane);
