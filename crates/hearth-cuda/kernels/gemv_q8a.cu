@@ -26,6 +26,20 @@
 #endif
 #define Q8A_WINDOW_VECS (Q8A_WINDOW_BYTES / 16)
 
+// Whether a window holds a whole number of the warp's steps (1) where it can, or as many
+// blocks as fit (0). A step takes 32 / LANES blocks: Q6_K 4, of which 7 fit in a window, so a
+// 16-block row was windows of 6, 6 and 4 blocks, five steps, two of them with half the lanes
+// idle, where 4 windows of 4 keep every lane busy. Q8_0 (steps of 16) keeps its 32-block
+// windows.
+// NOTE (H100, hearth bench tg128, `scripts/device/gemv_ab.sh`): 1024-byte windows (4 Q6_K
+// blocks) took Llama-3.1-8B Q4_K_M, whose v, output and a third of its down matrices are
+// Q6_K, from 356.8 / 356.0 tok/s at 1536 to 365.9 / 363.6, while Qwen3-0.6B Q8_0 lost (993 /
+// 1005 -> 952 / 930: its 32-block rows took two windows). Whole steps in 1536-byte windows,
+// the next call: 8B 354.2 / 347.7 / 345.6 -> 359.1 / 357.0 / 354.0, the 0.6B unchanged.
+#ifndef Q8A_WHOLE_STEPS
+#define Q8A_WHOLE_STEPS 1
+#endif
+
 // Bytes of each row past its first window that a block asks L2 for before the kernel before
 // it has ended (see gemv_rows_q8a), and whether the first window's copies start then
 // (Q8A_EARLY_STAGE 1) or only after it (0).
@@ -349,7 +363,11 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
     const int lane_block = lane / B::LANES, sub = lane % B::LANES;
     const int blocks_per_step = WARP_SIZE / B::LANES;
     // Room for the skew (up to 15 bytes) and for the 4 bytes Q8aQ8_0::dot may read past a block.
-    const int max_per_window = (Q8A_WINDOW_BYTES - 15 - 4) / B::BYTES;
+    const int fits = (Q8A_WINDOW_BYTES - 15 - 4) / B::BYTES;
+    // Whole steps of the warp where at least one fits (see Q8A_WHOLE_STEPS).
+    const int max_per_window =
+        Q8A_WHOLE_STEPS && fits >= blocks_per_step ? fits / blocks_per_step * blocks_per_step
+                                                   : fits;
     const int n_windows = (n_blocks + max_per_window - 1) / max_per_window;
     const int blocks_per_window = (n_blocks + n_windows - 1) / n_windows;
     const uint4* xq4 = reinterpret_cast<const uint4*>(xq);
@@ -486,9 +504,10 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
     // The activations go out one step ahead too, with the weights: waiting on them at the
     // step that multiplies them was the kernel's most common stall.
     // NOTE (H100, hearth bench tg128, `scripts/device/gemv_ab.sh`, three rounds in one call):
-    // Llama-3.1-8B Q4_K_M 348.6 / 347.4 / 351.1 -> 357.2 / 360.0 / 354.4 tok/s. The same in
-    // the staged kernels (gemv_warp_rows_q8a) lost: 346.8 / 346.3 / 347.8, and Qwen3-0.6B
-    // Q8_0 990 / 981 / 998 -> 986 / 966 / 978 (its loop grew from 68 to 86 instructions).
+    // Llama-3.1-8B Q4_K_M 348.6 / 347.4 / 351.1 -> 357.2 / 360.0 / 354.4 tok/s (on 2026-11-26,
+    // before the leaner Q4_K loop, it was within the spread). The same in the staged kernels
+    // (gemv_warp_rows_q8a) lost: 346.8 / 346.3 / 347.8, and Qwen3-0.6B Q8_0 990 / 981 / 998 ->
+    // 986 / 966 / 978 (its loop grew from 68 to 86 instructions).
     auto load_x = [&](int b, uint4* xv, float2& ds) {
         const int v = b * 256 + 32 * g;  // first value of the lane
         xv[0] = xq4[v / 16];
