@@ -56,6 +56,19 @@
 #define Q8A_EARLY_STAGE 1
 #endif
 
+// Whether a row of two windows is staged whole (both buffers) before the kernel before it has
+// ended (1), or only its first window (0): the loop then waits on no weight load.
+//
+// NOTE (H100, hearth bench tg128, four rounds in one call, 0 / 1): Qwen3-0.6B Q8_0 (its o
+// projection's rows are two windows) 950 / 985, 1,019 / 1,027, 1,003 / 991, 946 / 969 tok/s.
+// Staging two windows ahead in every row, the third and later ones as buffers free up, gave
+// the 0.6B 939-984 -> 989-1,019 in another call and cost Llama-3.1-8B Q4_K_M 2% (its Q6_K
+// rows are 4 and 17 windows): 360-367 -> 354. Windows of 1,664 bytes (the 0.6B's down rows
+// in two) were no faster: 892-1,010.
+#ifndef Q8A_STAGE_TWO
+#define Q8A_STAGE_TWO 1
+#endif
+
 // Blocks per multiprocessor the Q6_K GEMV's registers must allow (Q8aQ6_K::dot's funnel
 // shifts hold more words than its 16-bit loads did: 96 registers, 5 blocks, unbounded).
 //
@@ -374,12 +387,18 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
     float acc[ROWS_PER_WARP];
 #pragma unroll
     for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] = 0.f;
-    // The first window of weights (no kernel writes them) is copied, and up to
-    // Q8A_PREFETCH_BYTES more of each row asked of L2, while the kernel before still runs.
+    // The first window of weights (no kernel writes them; both of a two-window row) is
+    // copied, and up to Q8A_PREFETCH_BYTES more of each row asked of L2, while the kernel
+    // before still runs.
 #if !Q8A_EARLY_STAGE
     await_previous_kernels();
 #endif
     stage_rows_async<B::BYTES>(rows, 0, min(blocks_per_window, n_blocks), window[0], lane);
+    const bool both_staged = Q8A_STAGE_TWO && n_windows == 2;
+    if (both_staged) {
+        stage_rows_async<B::BYTES>(rows, blocks_per_window, n_blocks - blocks_per_window,
+                                   window[1], lane);
+    }
     if (Q8A_PREFETCH_BYTES > 0 && blocks_per_window < n_blocks) {
         const size_t staged = (size_t)blocks_per_window * B::BYTES;
         const size_t more = min(row_bytes - staged, (size_t)Q8A_PREFETCH_BYTES);
@@ -395,8 +414,10 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
         // read two windows ago, before the __syncwarp that ends each window.
         const int next = b0 + blocks_per_window;
         if (next < n_blocks) {
-            stage_rows_async<B::BYTES>(rows, next, min(blocks_per_window, n_blocks - next),
-                                       window[(i + 1) & 1], lane);
+            if (!both_staged) {
+                stage_rows_async<B::BYTES>(rows, next, min(blocks_per_window, n_blocks - next),
+                                           window[(i + 1) & 1], lane);
+            }
             copies_wait<1>();
         } else {
             copies_wait<0>();
