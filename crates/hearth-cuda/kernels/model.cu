@@ -282,7 +282,9 @@ __device__ __forceinline__ bool attend_span(const float* qh, const u16* __restri
     // NOTE (H100, tg128, Qwen3-0.6B Q8_0 / Llama-3.1-8B Q4_K_M, one call, two rounds): loading
     // four of a warp's positions at a time (their table entries, then their keys and values)
     // before the softmax took them one by one was slower: 721 / 720 tok/s against 799 / 779
-    // (8 at a time: 741 / 730), 8B 284-288 against 301-302.
+    // (8 at a time: 741 / 730), 8B 284-288 against 301-302. In the wide blocks (2026-11-27),
+    // 2 or 4 at a time with each lane's keys and values as one 8-byte load were within the
+    // spread of rounds (BENCHMARKS.md).
     __shared__ float sm[WARPS], sl[WARPS];
     __shared__ float sacc[WARPS][DPL * WARP_SIZE];
     if (lane == 0) {
@@ -475,6 +477,9 @@ __device__ __forceinline__ float rotated_value(const float* head, int i, u32 pos
 // Per-head RMSNorm (QK-norm, when `qn` / `kn` are given) and rotary embedding of q and k in
 // one pass. Grid: (n_q_heads + n_k_heads, n_tokens); one thread per value of the head. The
 // same arithmetic as rms_norm_groups followed by rope_rows (`theta_scales` as there).
+// NOTE: fused into the decode step's wide attention kernel (each block norming and rotating
+// its own query head and new key, the same bits) it was no faster on an H100: Qwen3-0.6B Q8_0
+// tg128 979-996 against 982-1,008 tok/s (BENCHMARKS.md, 2026-11-27, evening).
 extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, const float* kn,
                                         const u32* positions, int n_q_heads, int n_k_heads,
                                         int head_dim, float eps, int n_rot, float theta_scale,
