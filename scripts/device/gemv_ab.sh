@@ -4,7 +4,8 @@
 # compile-time settings of the kernels (HEARTH_CUDA_DEFINES). The test binaries named in
 # TESTS run first. Carried in .device-bin/: hearth, hearth-base, synth_gguf.py, wheels/, test-*.
 # Settings: MODELS (default "llama-3.1-8b:Q4_K_M qwen3-0.6b:Q8_0"), VARIANTS (space-separated
-# NAME:BINARY:DEFINES, DEFINES comma-separated), ROUNDS (default 2), TESTS (default none).
+# NAME:BINARY:DEFINES, DEFINES comma-separated), ROUNDS (default 2), TESTS (default none),
+# BENCH_ARGS (more `hearth bench` arguments, e.g. --sample).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 bin=$PWD/.device-bin
@@ -31,8 +32,9 @@ for entry in $MODELS; do
   for round in $(seq "${ROUNDS:-2}"); do
     for v in $VARIANTS; do
       IFS=: read -r name exe defines <<<"$v"
+      # shellcheck disable=SC2086 # BENCH_ARGS is split into arguments on purpose
       r=$(HEARTH_CUDA_DEFINES=${defines//,/ } "$bin/$exe" bench "$m" --device cuda -p 0 -n 128 \
-        -r 3 2>&1 | grep -E '^tg' | tr -s ' ')
+        -r 3 ${BENCH_ARGS:-} 2>&1 | grep -E '^tg' | tr -s ' ')
       echo "round $round $name: $r"
     done
   done
