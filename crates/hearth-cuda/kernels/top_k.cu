@@ -3,12 +3,18 @@
 //
 // "Better" is the sampler's total order (hearth_sampler's candidates.rs): a higher value, then a
 // lower index, with NaN taken as -inf and +0 above -0. Values are compared as order-preserving
-// integer keys, which is exactly f32::total_cmp's order.
+// integer keys, which is exactly f32::total_cmp's order. Under that order (index included) no
+// two values tie, so a row's best k are one set.
 //
-// One block per row: a radix select finds the k-th best key T one byte at a time (four
-// histogram passes over the row, each counting only the values whose higher bytes match what is
-// fixed so far); then every value above T is taken, and of those equal to T the ones of lowest
-// index, as many as are needed; a bitonic sort orders the k candidates.
+// top_k_split_f32 (the usual path): a row is cut into chunks, one block each, and every block
+// selects its chunk's best k, in shared memory; the last block of a row to finish selects the
+// row's best k among those candidates and sorts them. Each of the row's best k is among its
+// own chunk's best k, so that is the row's best k.
+// top_k_f32 (rows whose candidates would not fit one block): one block per row.
+// Both select by radix: the k-th best key T is found one byte at a time (four histogram passes,
+// each counting only the keys whose higher bytes match what is fixed so far); every key above T
+// is taken, and of those equal to T the ones of lowest index, as many as are needed; a bitonic
+// sort orders the k candidates.
 
 #define TOP_K_THREADS 1024
 // The most candidates one row gives (the host checks k against it).
@@ -210,4 +216,219 @@ top_k_f32(const float* __restrict__ logits, u32* __restrict__ out, int n_cols, i
         o[i] = __float_as_uint(key_value(cand_key[i]));
         o[k + i] = cand_idx[i];
     }
+}
+
+// ---- top_k_split_f32 ----
+
+#define TOP_K_SPLIT_THREADS 512
+// Values of one chunk, and candidates of one row (chunks x k), at most: one block holds them.
+#define TOP_K_SPLIT_CAP 4096
+#define TOP_K_SPLIT_PER_THREAD (TOP_K_SPLIT_CAP / TOP_K_SPLIT_THREADS)
+
+// The byte b of the histogram at which the best `need` counted keys end: the count of bins
+// above b is below need, with bin b it reaches it (bin 0 when no higher bin does). Warp 0 finds
+// it (lane l sums bins 8l .. 8l + 7, then the sums of the lanes above are scanned) and writes b
+// and need minus the count above b into *byte and *need_left. The same b as walking the bins
+// from 255 down one at a time.
+__device__ __forceinline__ void find_radix_byte(const u32* hist, u32 need, u32* byte,
+                                                u32* need_left) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    u32 mine = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) mine += hist[8 * lane + j];
+    // at_or_above: the count of this lane's bins and every higher lane's.
+    u32 at_or_above = mine;
+#pragma unroll
+    for (int o = 1; o < WARP_SIZE; o <<= 1) {
+        const u32 v = __shfl_down_sync(FULL_MASK, at_or_above, o);
+        if (lane + o < WARP_SIZE) at_or_above += v;
+    }
+    // The highest lane whose bins and those above reach need (lane 0 always, as the counted
+    // keys number at least need).
+    const u32 reach = __ballot_sync(FULL_MASK, at_or_above >= need);
+    const int top = reach == 0u ? 0 : 31 - __clz(reach);
+    if (lane == top) {
+        u32 above = at_or_above - mine;
+        int b = 8 * lane + 7;
+        for (; b > 8 * lane; --b) {
+            if (above + hist[b] >= need) break;
+            above += hist[b];
+        }
+        *byte = (u32)b;
+        *need_left = need - above;
+    }
+}
+
+// The shared state of a block's radix select.
+struct RadixShared {
+    u32 hist[256];
+    u32 byte, need, n_taken;
+};
+
+// Over the entries i < n that key_of(i, &key) accepts: the k-th best key (returned) and into
+// *need how many of the entries with that key belong to the best k, and into *equal how many
+// entries have it. k must be at least 1 and at most the accepted entries. Every thread of the
+// block calls it; it ends with a barrier.
+template <class KeyOf>
+__device__ __forceinline__ u32 radix_select(KeyOf key_of, int n, u32 k, RadixShared& sh,
+                                            u32* need, u32* equal) {
+    const int tid = threadIdx.x, lane = tid % WARP_SIZE;
+    u32 prefix = 0, mask = 0, left = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = tid; i < 256; i += blockDim.x) sh.hist[i] = 0;
+        __syncthreads();
+        // Whole warps go round the loop together (count_in_bin shuffles).
+        for (int i0 = 0; i0 < n; i0 += blockDim.x) {
+            const int i = i0 + tid;
+            u32 key = 0;
+            const bool in = i < n && key_of(i, &key) && (key & mask) == prefix;
+            count_in_bin(sh.hist, in ? (key >> shift) & 255u : 256u, lane);
+        }
+        __syncthreads();
+        if (tid < WARP_SIZE) find_radix_byte(sh.hist, left, &sh.byte, &sh.need);
+        __syncthreads();
+        prefix |= sh.byte << shift;
+        mask |= 255u << shift;
+        left = sh.need;
+    }
+    *need = left;
+    *equal = sh.hist[prefix & 255u];
+    __syncthreads();
+    return prefix;
+}
+
+// The best k of the entries i < n (key_of as above, idx_of(i) their row index) into
+// best_key / best_idx[0 .. k), in no particular order. Every thread of the block calls it; it
+// ends with a barrier.
+template <class KeyOf, class IdxOf>
+__device__ __forceinline__ void select_best(KeyOf key_of, IdxOf idx_of, int n, u32 k,
+                                            RadixShared& sh, u32* best_key, u32* best_idx) {
+    const int tid = threadIdx.x;
+    u32 need, equal;
+    const u32 t = radix_select(key_of, n, k, sh, &need, &equal);
+    // Of the entries equal to t, the `need` of lowest index: all of them, or those whose
+    // index is at most the need-th lowest (a second select, on the complemented index).
+    u32 last_idx = 0xffffffffu;
+    if (equal > need) {
+        u32 need2, equal2;
+        const u32 inv = radix_select(
+            [&](int i, u32* key) {
+                u32 kk;
+                if (!key_of(i, &kk) || kk != t) return false;
+                *key = ~idx_of(i);
+                return true;
+            },
+            n, need, sh, &need2, &equal2);
+        last_idx = ~inv;
+    }
+    if (tid == 0) sh.n_taken = 0;
+    __syncthreads();
+    for (int i = tid; i < n; i += blockDim.x) {
+        u32 key;
+        if (!key_of(i, &key) || key < t) continue;
+        const u32 idx = idx_of(i);
+        if (key == t && idx > last_idx) continue;
+        const u32 at = atomicAdd(&sh.n_taken, 1u);
+        best_key[at] = key;
+        best_idx[at] = idx;
+    }
+    __syncthreads();
+}
+
+// Sorts the k entries of key / idx (shared, room for k rounded up to a power of two) best
+// first, and writes them as out's row: the k values, then their indices.
+__device__ __forceinline__ void sort_and_store(u32* key, u32* idx, int k, u32* out) {
+    const int tid = threadIdx.x;
+    int n = 1;
+    while (n < k) n <<= 1;
+    for (int i = k + tid; i < n; i += blockDim.x) {
+        key[i] = 0u;
+        idx[i] = 0xffffffffu;
+    }
+    __syncthreads();
+    for (int size = 2; size <= n; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = tid; i < n; i += blockDim.x) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    const bool first_half = (i & size) == 0;
+                    const bool swap = first_half ? comes_first(key[j], idx[j], key[i], idx[i])
+                                                 : comes_first(key[i], idx[i], key[j], idx[j]);
+                    if (swap) {
+                        const u32 kk = key[i], ii = idx[i];
+                        key[i] = key[j];
+                        idx[i] = idx[j];
+                        key[j] = kk;
+                        idx[j] = ii;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int i = tid; i < k; i += blockDim.x) {
+        out[i] = __float_as_uint(key_value(key[i]));
+        out[k + i] = idx[i];
+    }
+}
+
+// Grid (chunks, rows). Chunk c of a row is values [c * chunk, min((c + 1) * chunk, n_cols));
+// chunk <= TOP_K_SPLIT_CAP, chunks * k <= TOP_K_SPLIT_CAP, k <= TOP_K_MAX and k <= n_cols.
+// cand: per row, chunks * k (key, index) pairs; counts: one zeroed counter per row, left
+// zeroed. out: per row 2k words, the k values (best first) then their indices.
+extern "C" __global__ void __launch_bounds__(TOP_K_SPLIT_THREADS)
+top_k_split_f32(const float* __restrict__ logits, uint2* __restrict__ cand, u32* counts,
+                u32* __restrict__ out, int n_cols, int chunk, int k) {
+    await_previous_kernels();
+    __shared__ u32 key[TOP_K_SPLIT_CAP], idx[TOP_K_SPLIT_CAP];
+    __shared__ u32 best_key[TOP_K_MAX], best_idx[TOP_K_MAX];
+    __shared__ RadixShared sh;
+    __shared__ bool last;
+    const int tid = threadIdx.x, row = blockIdx.y, chunks = gridDim.x;
+    const int c0 = blockIdx.x * chunk;
+    const int n = min(chunk, n_cols - c0);
+    const float* r = logits + (size_t)row * n_cols + c0;
+    // Every load of the chunk in flight before the first is used.
+    u32 held[TOP_K_SPLIT_PER_THREAD];
+#pragma unroll
+    for (int j = 0; j < TOP_K_SPLIT_PER_THREAD; ++j) {
+        const int i = j * TOP_K_SPLIT_THREADS + tid;
+        held[j] = i < n ? order_key(r[i]) : 0u;
+    }
+#pragma unroll
+    for (int j = 0; j < TOP_K_SPLIT_PER_THREAD; ++j) key[j * TOP_K_SPLIT_THREADS + tid] = held[j];
+    __syncthreads();
+    const int kc = min(k, n);
+    select_best([&](int i, u32* kk) { *kk = key[i]; return true; },
+                [&](int i) { return (u32)(c0 + i); }, n, (u32)kc, sh, best_key, best_idx);
+    u32* o = out + (size_t)row * 2 * k;
+    if (chunks == 1) {
+        sort_and_store(best_key, best_idx, k, o);
+        return;
+    }
+    // This chunk's candidates (short chunks padded with keys below every value's), then the
+    // row's last block to arrive takes them all.
+    uint2* mine = cand + ((size_t)row * chunks + blockIdx.x) * k;
+    for (int i = tid; i < k; i += blockDim.x) {
+        mine[i] = i < kc ? make_uint2(best_key[i], best_idx[i]) : make_uint2(0u, 0xffffffffu);
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(counts + row, 1u) == (u32)chunks - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int m = chunks * k;
+    const uint2* all = cand + (size_t)row * m;
+    for (int i = tid; i < m; i += blockDim.x) {
+        // From L2: other blocks' candidates may be stale in this SM's L1.
+        const uint2 c = __ldcg(all + i);
+        key[i] = c.x;
+        idx[i] = c.y;
+    }
+    __syncthreads();
+    select_best([&](int i, u32* kk) { *kk = key[i]; return key[i] != 0u; },
+                [&](int i) { return idx[i]; }, m, (u32)k, sh, best_key, best_idx);
+    sort_and_store(best_key, best_idx, k, o);
+    if (tid == 0) counts[row] = 0;
 }

@@ -16,6 +16,7 @@ mod mlx;
 mod mmq;
 mod staging;
 mod state;
+mod top_k;
 mod upload;
 mod weight_heap;
 
@@ -314,13 +315,15 @@ impl Backend for CudaBackend {
         let best = {
             let mut st = self.state()?;
             let best = self.tensor(&mut st, t.rows, 2 * k)?;
-            let args = [
-                Arg::P(t.ptr),
-                Arg::P(best.ptr),
-                Arg::I(t.cols as i32),
-                Arg::I(k as i32),
-            ];
-            self.launch(&st, "top_k_f32", (t.rows as u32, 1), TOP_K_THREADS, &args)?;
+            if !self.launch_top_k_split(&mut st, t, k, &best)? {
+                let args = [
+                    Arg::P(t.ptr),
+                    Arg::P(best.ptr),
+                    Arg::I(t.cols as i32),
+                    Arg::I(k as i32),
+                ];
+                self.launch(&st, "top_k_f32", (t.rows as u32, 1), TOP_K_THREADS, &args)?;
+            }
             best
         };
         let mut words = Vec::new();
