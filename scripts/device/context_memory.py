@@ -9,6 +9,9 @@ whole GPU) after each stage, plus nvidia-smi's figure for the process. Variants:
   nocublas    the context only, held while nvidia-smi looks
   limits0     the context with the stack, printf FIFO and device malloc heap limits set to 0
               (the driver's floor where it has one), each reported, held while nvidia-smi looks
+  stack0held  the context with the stack limit at 0 (as hearth sets it), held while nvidia-smi
+              looks; run it under environment settings (CUDA_DEVICE_MAX_CONNECTIONS, ...) to
+              see what they change
 Stdlib only (ctypes): libcuda.so.1 from the driver, libcublas from the CUDA toolkit.
 """
 import ctypes
@@ -97,6 +100,11 @@ def run(variant, base):
             report(f"{name} limit 0")
         time.sleep(1)
         report("held")
+        return
+    if variant == "stack0held":
+        check(lib.cuCtxSetLimit(0, ctypes.c_size_t(0)), "cuCtxSetLimit")
+        time.sleep(1)
+        report("held, stack 0")
         return
     if variant == "nocublas":
         time.sleep(1)

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""What each kernel adds to a decode step, from an Nsight Systems kernel trace.
+
+Usage: summarize_timeline.py TRACE.csv  (nsys stats --report cuda_gpu_trace --format csv)
+
+Kernels are cut into steps where the GPU idled more than GAP_NS between two of them. For the
+steps with the most common kernel count (the recorded ones), each kernel's time is
+  added   its end minus the end of the kernel before it (what it adds to the step),
+  runs    its own duration (it may start before the kernel before it ends),
+averaged over the steps. Printed: the step's time, then the kernels grouped by name and by the
+name of the kernel before them (which tells the o projection from the down projection), then
+the first layer kernel by kernel.
+"""
+import collections
+import csv
+import statistics
+import sys
+
+GAP_NS = 5000
+
+
+def kernels(path):
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            name = r.get("Name", "")
+            if name.startswith("[") or not name:
+                continue
+            start = int(float(r["Start (ns)"]))
+            dur = int(float(r["Duration (ns)"]))
+            rows.append((start, start + dur, name.split("(")[0]))
+    rows.sort()
+    return rows
+
+
+def steps(rows):
+    out, cur, last_end = [], [], None
+    for start, end, name in rows:
+        if last_end is not None and start - last_end > GAP_NS:
+            out.append(cur)
+            cur = []
+        cur.append((start, end, name))
+        last_end = end if last_end is None else max(last_end, end)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def main():
+    rows = kernels(sys.argv[1])
+    all_steps = steps(rows)
+    counts = collections.Counter(len(s) for s in all_steps)
+    n, _ = counts.most_common(1)[0]
+    chosen = [s for s in all_steps if len(s) == n][1:]
+    names = [k[2] for k in chosen[0]]
+    chosen = [s for s in chosen if [k[2] for k in s] == names]
+    print(f"{len(all_steps)} steps; {len(chosen)} of {n} kernels summarized")
+    spans = [s[-1][1] - s[0][0] for s in chosen]
+    print(f"step: {statistics.mean(spans) / 1000:.1f} us (first start to last end)")
+    added = [[0.0] * n for _ in chosen]
+    runs = [[0.0] * n for _ in chosen]
+    for si, s in enumerate(chosen):
+        prev_end = s[0][0]
+        for i, (start, end, _) in enumerate(s):
+            added[si][i] = (end - prev_end) / 1000
+            runs[si][i] = (end - start) / 1000
+            prev_end = max(prev_end, end)
+    mean_added = [statistics.mean(a[i] for a in added) for i in range(n)]
+    mean_runs = [statistics.mean(r[i] for r in runs) for i in range(n)]
+    groups = collections.OrderedDict()
+    for i, name in enumerate(names):
+        key = (name, names[i - 1] if i else "-")
+        g = groups.setdefault(key, [0, 0.0, 0.0])
+        g[0] += 1
+        g[1] += mean_added[i]
+        g[2] += mean_runs[i]
+    print(f"\n{'kernel':40} {'after':32} {'count':>5} {'added us':>9} {'each':>6} {'runs':>6}")
+    for (name, before), (count, add, run) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
+        print(f"{name[:40]:40} {before[:32]:32} {count:5d} {add:9.1f} {add / count:6.2f} {run / count:6.2f}")
+    print("\nkernel by kernel, the first 24 of the step:")
+    for i in range(min(24, n)):
+        print(f"{i:3d} {names[i][:48]:48} added {mean_added[i]:6.2f} runs {mean_runs[i]:6.2f}")
+    print("... the last 6:")
+    for i in range(max(0, n - 6), n):
+        print(f"{i:3d} {names[i][:48]:48} added {mean_added[i]:6.2f} runs {mean_runs[i]:6.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One device call: a decode step's kernels on a timeline. Nsight Systems traces every kernel of
+# the recorded steps (--cuda-graph-trace=node), overlapping launches kept, and
+# scripts/device/summarize_timeline.py says what each kernel adds to the step: the time from
+# the end of the kernel before it to its own end.
+# Carried in .device-bin/: hearth (xz), synth_gguf.py, wheels/ (gguf, PyYAML), debs/ (libdw1 and
+# libelf1 from Debian, for the importer below).
+# Settings: MODELS (default "qwen3-0.6b:Q8_0"), STEPS (decode steps, default 32).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+bin=$PWD/.device-bin
+work=${WORK:-$(mktemp -d)}
+out=${OUT:-$work}
+mkdir -p "$work"
+# shellcheck source=scripts/device/gpu_env.sh
+source scripts/device/gpu_env.sh
+nsys=$(command -v nsys || find /opt/nvidia /usr/local -name nsys -type f -perm -u+x 2>/dev/null | head -1)
+[ -n "$nsys" ] || { echo "nsys not found"; exit 1; }
+status=0
+for entry in ${MODELS:-qwen3-0.6b:Q8_0}; do
+  IFS=: read -r preset quant <<<"$entry"
+  m=$work/$preset-$quant.gguf
+  if [ ! -s "$m" ]; then
+    python3 "$bin/synth_gguf.py" "$preset" "$work/f16.gguf" >/dev/null 2>&1
+    "$bin/hearth" quantize "$work/f16.gguf" "$m" "$quant" >/dev/null 2>&1 || status=1
+    rm -f "$work/f16.gguf"
+  fi
+  tag=$preset-$quant
+  echo "== $tag"
+  "$bin/hearth" bench "$m" --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E '^tg'
+  "$nsys" profile --cuda-graph-trace=node --trace=cuda -o "$work/$tag" --force-overwrite true \
+    "$bin/hearth" bench "$m" --device cuda -p 0 -n "${STEPS:-32}" -r 1 >"$work/$tag-nsys.log" 2>&1 ||
+    { status=1; tail -5 "$work/$tag-nsys.log"; continue; }
+  # The nsys of Nsight Compute's folder leaves its raw stream (.qdstrm) unimported where its
+  # importer lacks elfutils' libdw: import it with the carried Debian packages (debs/).
+  if [ ! -s "$work/$tag.nsys-rep" ] && [ -s "$work/$tag.qdstrm" ]; then
+    importer=$(find "$(dirname "$(dirname "$nsys")")" -name QdstrmImporter -type f | head -1)
+    for f in "$bin"/debs/*.deb; do dpkg -x "$f" "$work/dw"; done
+    LD_LIBRARY_PATH=$work/dw/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+      "$importer" -i "$work/$tag.qdstrm" 2>&1 | tail -2
+  fi
+  "$nsys" stats --report cuda_gpu_trace --format csv --output "$work/$tag" "$work/$tag.nsys-rep" \
+    >/dev/null 2>&1 || { status=1; echo "nsys stats failed"; continue; }
+  csv=$(ls "$work/$tag"*cuda_gpu_trace*.csv | head -1)
+  cp "$csv" "$out/trace-$tag.csv" 2>/dev/null
+  python3 scripts/device/summarize_timeline.py "$csv" | tee "$out/timeline-$tag.txt"
+done
+echo "== exit status $status"
+exit $status
