@@ -220,7 +220,7 @@ impl Module {
             Module::Attention(..) => &[R, R, R, RW, RW, RW, R, R, RW, R, R],
             Module::AttentionSplit(..) => &[R, R, R, RW, R, R, RW],
             Module::Argmax => &[R, RW, RW, R],
-            Module::TopK => &[R, RW, R],
+            Module::TopK => &[R, RW, R, RW],
         }
     }
 
