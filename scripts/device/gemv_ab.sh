@@ -23,11 +23,7 @@ done
 for entry in $MODELS; do
   IFS=: read -r preset quant <<<"$entry"
   m=$work/$preset-$quant.gguf
-  if [ ! -s "$m" ]; then
-    python3 "$bin/synth_gguf.py" "$preset" "$work/f16.gguf" >/dev/null 2>&1
-    "$bin/hearth" quantize "$work/f16.gguf" "$m" "$quant" >/dev/null 2>&1 || status=1
-    rm -f "$work/f16.gguf"
-  fi
+  synth_model "$preset" "$quant" "$m" || status=1
   echo "== $preset $quant"
   for round in $(seq "${ROUNDS:-2}"); do
     for v in $VARIANTS; do

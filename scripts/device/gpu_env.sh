@@ -18,3 +18,14 @@ export PYTHONPATH=$work/py
 python3 -c 'import gguf' 2>/dev/null ||
   python3 -m pip install -q --no-index --find-links "$bin/wheels" --no-deps --target "$work/py" \
     gguf $(python3 -c 'import yaml' 2>/dev/null || echo pyyaml) >/dev/null
+
+# Writes $3, a synthetic model of preset $1 (synth_gguf.py: real shapes, random weights)
+# quantized by hearth to $2, unless it is there already; returns non-zero if it could not.
+synth_model() {
+  [ -s "$3" ] && return 0
+  python3 "$bin/synth_gguf.py" "$1" "$work/f16.gguf" >/dev/null 2>&1 &&
+    "$bin/hearth" quantize "$work/f16.gguf" "$3" "$2" >/dev/null 2>&1
+  local rc=$?
+  rm -f "$work/f16.gguf"
+  return $rc
+}

@@ -20,11 +20,7 @@ status=0
 for entry in ${MODELS:-qwen3-0.6b:Q8_0}; do
   IFS=: read -r preset quant <<<"$entry"
   m=$work/$preset-$quant.gguf
-  if [ ! -s "$m" ]; then
-    python3 "$bin/synth_gguf.py" "$preset" "$work/f16.gguf" >/dev/null 2>&1
-    "$bin/hearth" quantize "$work/f16.gguf" "$m" "$quant" >/dev/null 2>&1 || status=1
-    rm -f "$work/f16.gguf"
-  fi
+  synth_model "$preset" "$quant" "$m" || status=1
   tag=$preset-$quant
   echo "== $tag"
   "$bin/hearth" bench "$m" --device cuda -p 0 -n 128 -r 3 2>&1 | grep -E '^tg'

@@ -66,6 +66,44 @@ __device__ __forceinline__ bool comes_first(u32 ka, u32 ia, u32 kb, u32 ib) {
     return ka > kb || (ka == kb && ia < ib);
 }
 
+// Sorts the k entries of key / idx (shared, room for k rounded up to a power of two) best
+// first, and writes them as out's row: the k values, then their indices.
+__device__ __forceinline__ void sort_and_store(u32* key, u32* idx, int k, u32* out) {
+    const int tid = threadIdx.x;
+    int n = 1;
+    while (n < k) n <<= 1;
+    for (int i = k + tid; i < n; i += blockDim.x) {
+        key[i] = 0u;
+        idx[i] = 0xffffffffu;
+    }
+    __syncthreads();
+    for (int size = 2; size <= n; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = tid; i < n; i += blockDim.x) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    // Ascending runs put the better candidate first.
+                    const bool first_half = (i & size) == 0;
+                    const bool swap = first_half ? comes_first(key[j], idx[j], key[i], idx[i])
+                                                 : comes_first(key[i], idx[i], key[j], idx[j]);
+                    if (swap) {
+                        const u32 kk = key[i], ii = idx[i];
+                        key[i] = key[j];
+                        idx[i] = idx[j];
+                        key[j] = kk;
+                        idx[j] = ii;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int i = tid; i < k; i += blockDim.x) {
+        out[i] = __float_as_uint(key_value(key[i]));
+        out[k + i] = idx[i];
+    }
+}
+
 // out: per row 2k words, the k values (best first) then their indices.
 extern "C" __global__ void __launch_bounds__(TOP_K_THREADS)
 top_k_f32(const float* __restrict__ logits, u32* __restrict__ out, int n_cols, int k) {
@@ -181,41 +219,7 @@ top_k_f32(const float* __restrict__ logits, u32* __restrict__ out, int n_cols, i
     }
     __syncthreads();
 
-    // Bitonic sort of the k candidates, padded to a power of two with entries that lose.
-    int n = 1;
-    while (n < k) n <<= 1;
-    for (int i = k + tid; i < n; i += blockDim.x) {
-        cand_key[i] = 0u;
-        cand_idx[i] = 0xffffffffu;
-    }
-    __syncthreads();
-    for (int size = 2; size <= n; size <<= 1) {
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int i = tid; i < n; i += blockDim.x) {
-                const int j = i ^ stride;
-                if (j > i) {
-                    // Ascending runs put the better candidate first.
-                    const bool first_half = (i & size) == 0;
-                    const bool swap = first_half
-                                          ? comes_first(cand_key[j], cand_idx[j], cand_key[i], cand_idx[i])
-                                          : comes_first(cand_key[i], cand_idx[i], cand_key[j], cand_idx[j]);
-                    if (swap) {
-                        const u32 kk = cand_key[i], ii = cand_idx[i];
-                        cand_key[i] = cand_key[j];
-                        cand_idx[i] = cand_idx[j];
-                        cand_key[j] = kk;
-                        cand_idx[j] = ii;
-                    }
-                }
-            }
-            __syncthreads();
-        }
-    }
-    u32* o = out + (size_t)blockIdx.x * 2 * k;
-    for (int i = tid; i < k; i += blockDim.x) {
-        o[i] = __float_as_uint(key_value(cand_key[i]));
-        o[k + i] = cand_idx[i];
-    }
+    sort_and_store(cand_key, cand_idx, k, out + (size_t)blockIdx.x * 2 * k);
 }
 
 // ---- top_k_split_f32 ----
@@ -333,43 +337,6 @@ __device__ __forceinline__ void select_best(KeyOf key_of, IdxOf idx_of, int n, u
         best_idx[at] = idx;
     }
     __syncthreads();
-}
-
-// Sorts the k entries of key / idx (shared, room for k rounded up to a power of two) best
-// first, and writes them as out's row: the k values, then their indices.
-__device__ __forceinline__ void sort_and_store(u32* key, u32* idx, int k, u32* out) {
-    const int tid = threadIdx.x;
-    int n = 1;
-    while (n < k) n <<= 1;
-    for (int i = k + tid; i < n; i += blockDim.x) {
-        key[i] = 0u;
-        idx[i] = 0xffffffffu;
-    }
-    __syncthreads();
-    for (int size = 2; size <= n; size <<= 1) {
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int i = tid; i < n; i += blockDim.x) {
-                const int j = i ^ stride;
-                if (j > i) {
-                    const bool first_half = (i & size) == 0;
-                    const bool swap = first_half ? comes_first(key[j], idx[j], key[i], idx[i])
-                                                 : comes_first(key[i], idx[i], key[j], idx[j]);
-                    if (swap) {
-                        const u32 kk = key[i], ii = idx[i];
-                        key[i] = key[j];
-                        idx[i] = idx[j];
-                        key[j] = kk;
-                        idx[j] = ii;
-                    }
-                }
-            }
-            __syncthreads();
-        }
-    }
-    for (int i = tid; i < k; i += blockDim.x) {
-        out[i] = __float_as_uint(key_value(key[i]));
-        out[k + i] = idx[i];
-    }
 }
 
 // Grid (chunks, rows). Chunk c of a row is values [c * chunk, min((c + 1) * chunk, n_cols));
