@@ -40,15 +40,41 @@ __device__ __forceinline__ void keep_better(float& best, int& best_i, float v, i
     }
 }
 
+// The block's best (value, index) by keep_better's rule, into thread 0's `best`, `best_i`
+// (the other threads' are left partial). blockDim.x a multiple of 32, at most 1024.
+__device__ __forceinline__ void block_best(float& best, int& best_i) {
+    __shared__ float best_v[WARP_SIZE];
+    __shared__ int best_idx[WARP_SIZE];
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        const float v = __shfl_xor_sync(FULL_MASK, best, offset);
+        const int i = __shfl_xor_sync(FULL_MASK, best_i, offset);
+        keep_better(best, best_i, v, i);
+    }
+    if (lane == 0) {
+        best_v[warp] = best;
+        best_idx[warp] = best_i;
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    const int n_warps = blockDim.x / WARP_SIZE;
+    best = lane < n_warps ? best_v[lane] : __int_as_float(0xff800000);
+    best_i = lane < n_warps ? best_idx[lane] : NO_INDEX;
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        const float v = __shfl_xor_sync(FULL_MASK, best, offset);
+        const int i = __shfl_xor_sync(FULL_MASK, best_i, offset);
+        keep_better(best, best_i, v, i);
+    }
+}
+
 // out[row] = index of the largest value of the row; ties go to the lower index, NaN never
 // wins, and a row of only NaN gives 0.
 extern "C" __global__ void argmax_f32(const float* __restrict__ logits, u32* __restrict__ out,
                                       int n_cols) {
     await_previous_kernels();
-    __shared__ float best_v[WARP_SIZE];
-    __shared__ int best_idx[WARP_SIZE];
     const float* r = logits + (size_t)blockIdx.x * n_cols;
-    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     float best = __int_as_float(0xff800000);  // -inf
     int best_i = NO_INDEX;
     if (n_cols % 4 == 0) {
@@ -77,26 +103,72 @@ extern "C" __global__ void argmax_f32(const float* __restrict__ logits, u32* __r
     } else {
         for (int i = threadIdx.x; i < n_cols; i += blockDim.x) keep_better(best, best_i, r[i], i);
     }
+    block_best(best, best_i);
+    if (threadIdx.x == 0) out[blockIdx.x] = best_i == NO_INDEX ? 0u : (u32)best_i;
+}
+
+// argmax_f32 over chunks of a row: one block per chunk of ARGMAX_SPLIT_CHUNK values finds
+// the chunk's best, and the row's last block to finish takes the best of those. The same
+// answer as argmax_f32: keep_better is a total order, so the order of merging is free.
+// NOTE: one block of argmax_f32 took about 11 µs for a 151,936-value row on an H100 (the
+// whole row through one multiprocessor), on the critical path of every greedy decode step.
+// Grid (chunks, rows), chunks = ceil(n_cols / ARGMAX_SPLIT_CHUNK) > 1. part: per row `chunks`
+// (value bits, index) pairs; counts: one zeroed counter per row, left zeroed.
+#define ARGMAX_SPLIT_THREADS 256
+#define ARGMAX_SPLIT_CHUNK (16 * ARGMAX_SPLIT_THREADS)
+extern "C" __global__ void __launch_bounds__(ARGMAX_SPLIT_THREADS)
+argmax_split_f32(const float* __restrict__ logits, int2* __restrict__ part, u32* counts,
+                 u32* __restrict__ out, int n_cols) {
+    await_previous_kernels();
+    __shared__ bool last;
+    const int tid = threadIdx.x, row = blockIdx.y, chunks = gridDim.x;
+    const int c0 = blockIdx.x * ARGMAX_SPLIT_CHUNK;
+    const int n = min(ARGMAX_SPLIT_CHUNK, n_cols - c0);
+    const float* r = logits + (size_t)row * n_cols + c0;
+    float best = __int_as_float(0xff800000);  // -inf
+    int best_i = NO_INDEX;
+    if (n_cols % 4 == 0) {
+        // All four 16-byte loads of a thread in flight before the first is compared.
+        const float4* r4 = reinterpret_cast<const float4*>(r);
+        float4 v[4];
 #pragma unroll
-    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
-        const float v = __shfl_xor_sync(FULL_MASK, best, offset);
-        const int i = __shfl_xor_sync(FULL_MASK, best_i, offset);
-        keep_better(best, best_i, v, i);
+        for (int k = 0; k < 4; ++k) {
+            const int i = tid + k * ARGMAX_SPLIT_THREADS;
+            if (4 * i < n) v[k] = r4[i];
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const int i = tid + k * ARGMAX_SPLIT_THREADS;
+            if (4 * i < n) {
+                keep_better(best, best_i, v[k].x, c0 + 4 * i);
+                keep_better(best, best_i, v[k].y, c0 + 4 * i + 1);
+                keep_better(best, best_i, v[k].z, c0 + 4 * i + 2);
+                keep_better(best, best_i, v[k].w, c0 + 4 * i + 3);
+            }
+        }
+    } else {
+        for (int i = tid; i < n; i += ARGMAX_SPLIT_THREADS) keep_better(best, best_i, r[i], c0 + i);
     }
-    if (lane == 0) {
-        best_v[warp] = best;
-        best_idx[warp] = best_i;
+    block_best(best, best_i);
+    if (tid == 0) {
+        part[(size_t)row * chunks + blockIdx.x] = make_int2(__float_as_int(best), best_i);
+        __threadfence();
+        last = atomicAdd(counts + row, 1u) == (u32)chunks - 1;
     }
     __syncthreads();
-    if (warp != 0) return;
-    const int n_warps = blockDim.x / WARP_SIZE;
-    best = lane < n_warps ? best_v[lane] : __int_as_float(0xff800000);
-    best_i = lane < n_warps ? best_idx[lane] : NO_INDEX;
-#pragma unroll
-    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
-        const float v = __shfl_xor_sync(FULL_MASK, best, offset);
-        const int i = __shfl_xor_sync(FULL_MASK, best_i, offset);
-        keep_better(best, best_i, v, i);
+    if (!last) return;
+    __threadfence();
+    best = __int_as_float(0xff800000);
+    best_i = NO_INDEX;
+    const int2* mine = part + (size_t)row * chunks;
+    for (int c = tid; c < chunks; c += ARGMAX_SPLIT_THREADS) {
+        // From L2: other blocks' results may be stale in this SM's L1.
+        const int2 p = __ldcg(mine + c);
+        keep_better(best, best_i, __int_as_float(p.x), p.y);
     }
-    if (lane == 0) out[blockIdx.x] = best_i == NO_INDEX ? 0u : (u32)best_i;
+    block_best(best, best_i);
+    if (tid == 0) {
+        out[row] = best_i == NO_INDEX ? 0u : (u32)best_i;
+        counts[row] = 0;
+    }
 }

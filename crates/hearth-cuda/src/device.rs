@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 68] = [
+pub(crate) const KERNEL_NAMES: [&str; 69] = [
     "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
@@ -26,6 +26,7 @@ pub(crate) const KERNEL_NAMES: [&str; 68] = [
     "gemv_q6_k",
     "rms_norm_f32",
     "argmax_f32",
+    "argmax_split_f32",
     "top_k_f32",
     "top_k_split_f32",
     "embed_rows",

@@ -38,6 +38,43 @@ fn tensors_come_back_unchanged_and_argmax_rows_pick_the_samplers_ids() {
     }
 }
 
+/// Each row's argmax on the device against the sampler's, over widths that take one block and
+/// widths cut into chunks (a short last chunk, rows not of whole float4s): NaN never wins,
+/// -inf wins only where nothing else is there, ties (across chunks too) go to the lower index,
+/// and a row of only NaN gives 0.
+#[test]
+fn argmax_rows_over_chunks_pick_the_samplers_ids() {
+    let Some(be) = gpu() else { return };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    for cols in [7, 4095, 4096, 4097, 8192, 151_936, 262_147] {
+        let rows = 6;
+        let mut host: Vec<f32> = (0..rows * cols)
+            .map(|_| (rng.gen_range(-16.0f32..16.0) * 4.0).round() / 4.0)
+            .collect();
+        let row = |r: usize| r * cols..(r + 1) * cols;
+        // Row 0: NaN at the front and the maximum tied at the first and last index.
+        host[row(0)].fill(1.0);
+        host[0] = f32::NAN;
+        host[1] = 2.0;
+        host[cols - 1] = 2.0;
+        // Row 1: only NaN. Row 2: NaN and -inf (the first -inf wins).
+        host[row(1)].fill(f32::NAN);
+        host[row(2)].fill(f32::NAN);
+        host[2 * cols + cols / 2] = f32::NEG_INFINITY;
+        host[2 * cols + cols - 1] = f32::NEG_INFINITY;
+        // Row 3: one value everywhere (the first index wins). Row 4: +inf in the last chunk.
+        host[row(3)].fill(-0.5);
+        host[4 * cols + cols - 2] = f32::INFINITY;
+        be.begin_forward(None);
+        let t = be.upload(&host, rows, cols).expect("upload");
+        let mut ids = Vec::new();
+        be.argmax_rows(&t, &mut ids).expect("argmax");
+        let want: Vec<u32> = host.chunks(cols).map(hearth_sampler::argmax).collect();
+        assert_eq!(ids, want, "rows of {cols}");
+        assert_eq!(&ids[..4], &[1, 0, cols as u32 / 2, 0], "rows of {cols}");
+    }
+}
+
 /// The k best of each row, selected on the device, against the sampler's own selection:
 /// ties at the k-th place (the lower ids must win), NaN (as -inf), infinities, both zeros
 /// (+0 before -0), rows shorter than k's block, k from 1 to the kernel's largest, and rows

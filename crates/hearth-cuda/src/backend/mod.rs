@@ -5,6 +5,7 @@
 //! per-forward arena, and decode steps are recorded once as CUDA graphs and replayed
 //! (`state.rs` explains the modes).
 
+mod argmax;
 mod attention;
 mod blas;
 mod decode_layers;
@@ -339,9 +340,7 @@ impl Backend for CudaBackend {
         let ids = {
             let mut st = self.state()?;
             let ids = self.tensor(&mut st, t.rows, 1)?;
-            let args = [Arg::P(t.ptr), Arg::P(ids.ptr), Arg::I(t.cols as i32)];
-            let grid = (t.rows as u32, 1);
-            self.launch(&st, "argmax_f32", grid, crate::ops::ARGMAX_THREADS, &args)?;
+            self.launch_argmax(&mut st, t, &ids)?;
             ids
         };
         // The kernel writes u32 ids into the f32 slots of `ids`; the read-back keeps the bits.

@@ -1,0 +1,75 @@
+//! Greedy decoding's argmax on the device: one word per row comes back instead of the row.
+//! Rows longer than a block's chunk are cut into chunks (kernels/reduce.cu
+//! `argmax_split_f32`): a block per chunk, and the row's last block takes the best of theirs.
+
+use hearth_backend::BackendError;
+
+use super::launch::Arg;
+use super::state::{Mode, State};
+use super::{CudaBackend, CudaTensor};
+
+/// Threads of an `argmax_split_f32` block and the values of its chunk (kernels/reduce.cu
+/// ARGMAX_SPLIT_THREADS, ARGMAX_SPLIT_CHUNK).
+const SPLIT_THREADS: u32 = 256;
+const SPLIT_CHUNK: usize = 16 * SPLIT_THREADS as usize;
+
+impl CudaBackend {
+    /// Queues the argmax of each of `t`'s rows into `ids` (one u32 per row).
+    pub(super) fn launch_argmax(
+        &self,
+        st: &mut State,
+        t: &CudaTensor,
+        ids: &CudaTensor,
+    ) -> Result<(), BackendError> {
+        if t.cols > SPLIT_CHUNK && self.launch_argmax_split(st, t, ids)? {
+            return Ok(());
+        }
+        let args = [Arg::P(t.ptr), Arg::P(ids.ptr), Arg::I(t.cols as i32)];
+        let grid = (t.rows as u32, 1);
+        self.launch(st, "argmax_f32", grid, crate::ops::ARGMAX_THREADS, &args)?;
+        Ok(())
+    }
+
+    /// `argmax_split_f32`: false, and nothing queued, where its counters would have to grow
+    /// while a step is being recorded.
+    fn launch_argmax_split(
+        &self,
+        st: &mut State,
+        t: &CudaTensor,
+        ids: &CudaTensor,
+    ) -> Result<bool, BackendError> {
+        if !st.mode.launches() {
+            // A replayed step: its recording holds the launch.
+            return Ok(true);
+        }
+        let stream = self.dev.stream().clone();
+        let may_grow = st.mode == Mode::Eager;
+        let Some((counts, replaced)) = st.counters.get(&stream, t.rows * 4, may_grow)? else {
+            return Ok(false);
+        };
+        if replaced {
+            // Recorded steps point at the old counters.
+            st.drop_graphs();
+        }
+        let chunks = t.cols.div_ceil(SPLIT_CHUNK);
+        let part_bytes = t.rows * chunks * 8;
+        let part = st.arena.alloc(&stream, part_bytes, may_grow)?;
+        let args = [
+            Arg::P(t.ptr),
+            Arg::P(part),
+            Arg::P(counts),
+            Arg::P(ids.ptr),
+            Arg::I(t.cols as i32),
+        ];
+        self.launch(
+            st,
+            "argmax_split_f32",
+            (chunks as u32, t.rows as u32),
+            SPLIT_THREADS,
+            &args,
+        )?;
+        // The next kernel that could be handed this memory waits for this one before writing.
+        st.arena.give_back(part, part_bytes);
+        Ok(true)
+    }
+}
