@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """What each kernel adds to a decode step, from an Nsight Systems kernel trace.
 
-Usage: summarize_timeline.py TRACE.csv  (nsys stats --report cuda_gpu_trace --format csv)
+Usage: summarize_timeline.py TRACE.csv [API.csv]
+  TRACE.csv  nsys stats --report cuda_gpu_trace --format csv
+  API.csv    nsys stats --report cuda_api_trace --format csv (optional: the host's side)
 
 Kernels are cut into steps where the GPU idled more than GAP_NS between two of them. For the
 steps with the most common kernel count (the recorded ones), each kernel's time is
@@ -9,7 +11,9 @@ steps with the most common kernel count (the recorded ones), each kernel's time 
   runs    its own duration (it may start before the kernel before it ends),
 averaged over the steps. Printed: the step's time, then the kernels grouped by name and by the
 name of the kernel before them (which tells the o projection from the down projection), then
-the first layer kernel by kernel.
+the first layer kernel by kernel. With API.csv also: between two graph launches, how long the
+host took from the read-back's wait returning to the next launch, and how long the GPU idled
+between the steps' kernels.
 """
 import collections
 import csv
@@ -46,8 +50,66 @@ def steps(rows):
     return out
 
 
+def api_calls(path):
+    calls = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            start = int(float(r["Start (ns)"]))
+            calls.append((start, start + int(float(r["Duration (ns)"])), r.get("Name", "")))
+    calls.sort()
+    return calls
+
+
+def gpu_rows(path):
+    """Every row of the GPU trace, copies and memsets included."""
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            start = int(float(r["Start (ns)"]))
+            rows.append((start, start + int(float(r["Duration (ns)"])), r.get("Name", "")))
+    rows.sort()
+    return rows
+
+
+def host_side(calls, gpu):
+    """Per graph launch (a decode step): the host's time from its last wait returning to the
+    next launch, the GPU's busy span for what the host queued in between, and the GPU's idle
+    time before the next step's first work."""
+    launches = [c for c in calls if c[2].startswith("cuGraphLaunch")]
+    waits = ("cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize")
+    host, busy, idle, period = [], [], [], []
+    for a, b, c in zip(launches, launches[1:], launches[2:]):
+        ends = [x[1] for x in calls if a[1] <= x[0] and x[1] <= b[0] and x[2].startswith(waits)]
+        # What the GPU ran for step b: from the first copy queued after step a's wait to the
+        # last work before step c's first copy.
+        mark_b = max(ends) if ends else a[1]
+        later = [x[1] for x in calls if b[1] <= x[0] and x[1] <= c[0] and x[2].startswith(waits)]
+        mark_c = max(later) if later else b[1]
+        work_b = [r for r in gpu if mark_b <= r[0] < mark_c]
+        work_a = [r for r in gpu if a[0] <= r[0] < mark_b]
+        if not (ends and work_a and work_b):
+            continue
+        host.append((b[0] - mark_b) / 1000)
+        busy.append((max(r[1] for r in work_b) - work_b[0][0]) / 1000)
+        idle.append((work_b[0][0] - max(r[1] for r in work_a)) / 1000)
+        period.append((b[0] - a[0]) / 1000)
+    if not host:
+        print("host: no graph launches with a wait between them in the API trace")
+        return
+    med = statistics.median
+    print(f"graph launches: {len(launches)}; medians over {len(host)} steps, us:")
+    print(f"  period between launches       {med(period):8.1f}")
+    print(f"  host, wait's return to launch {med(host):8.1f}")
+    print(f"  GPU idle between steps        {med(idle):8.1f}")
+    print(f"  GPU busy, a step's span       {med(busy):8.1f}")
+
+
 def main():
+    if len(sys.argv) > 2:
+        host_side(api_calls(sys.argv[2]), gpu_rows(sys.argv[1]))
     rows = kernels(sys.argv[1])
+    if not rows:
+        return
     all_steps = steps(rows)
     counts = collections.Counter(len(s) for s in all_steps)
     n, _ = counts.most_common(1)[0]
