@@ -7,9 +7,11 @@
 
 pub mod cpu;
 pub mod encoder;
+mod host_values;
 mod spec;
 mod weight;
 
+pub use host_values::{DeviceVisible, HostValues};
 pub use spec::{
     theta_scale_of, Activation, AttnBatch, AttnParams, AttnSeq, DenseLayer, DenseStack, KvSpec,
     KvType, RopeKind, RopeRows, RopeSpec,
@@ -105,6 +107,11 @@ pub trait Backend: Send + Sync {
     fn to_host_into(&self, t: &Self::Tensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
         *out = self.to_host(t)?;
         Ok(())
+    }
+    /// [`Self::to_host_into`] into values a device may copy into directly (a decode step's
+    /// logits, read back every step).
+    fn to_host_values(&self, t: &Self::Tensor, out: &mut HostValues) -> Result<(), BackendError> {
+        self.to_host_into(t, out.vec_mut())
     }
     /// The index of the largest value of each row of `t`, into `out` (replacing what it
     /// held), by the rules of `hearth_sampler::argmax`: ties go to the lower index, NaN never

@@ -1,6 +1,7 @@
 //! What comes back from the GPU at the end of a pass: a small tensor straight into the
-//! vector, a large one (the logits of many sequences) through page-locked memory, and each
-//! row's argmax instead of the row. Without a usable GPU the test prints "skipped: <reason>".
+//! vector, a large one (the logits of many sequences) through page-locked memory, logits
+//! into the page-locked memory the caller keeps, and each row's argmax instead of the row.
+//! Without a usable GPU the test prints "skipped: <reason>".
 
 mod common;
 
@@ -15,6 +16,9 @@ fn tensors_come_back_unchanged_and_argmax_rows_pick_the_samplers_ids() {
     // 600 KB (one row of a 152k vocabulary), 9.7 MB (16 of them: 10 chunks, the last one
     // short) and 39 MB (64): both read-back paths, the large one growing its page-locked
     // buffer and chunk events, then reusing them.
+    // Kept across the rows, as the engine keeps its logits: page-locked memory made at the
+    // first read-back, again when 16 rows outgrow it, then reused.
+    let mut values = hearth_backend::HostValues::new();
     for rows in [1, 16, 64, 16, 1] {
         let cols = 151_936;
         let mut host: Vec<f32> = (0..rows * cols)
@@ -30,6 +34,11 @@ fn tensors_come_back_unchanged_and_argmax_rows_pick_the_samplers_ids() {
         let mut back = vec![1.0; 3]; // replaced, not appended to
         be.to_host_into(&t, &mut back).expect("read back");
         assert!(back == host, "{rows} rows came back changed");
+        be.to_host_values(&t, &mut values).expect("read back");
+        assert!(
+            values[..] == host[..],
+            "{rows} rows came back changed into HostValues"
+        );
         let mut ids = vec![5; 2];
         be.argmax_rows(&t, &mut ids).expect("argmax");
         let want: Vec<u32> = host.chunks(cols).map(hearth_sampler::argmax).collect();

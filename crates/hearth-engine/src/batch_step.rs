@@ -39,7 +39,7 @@ impl Engine {
     /// step). What a caller that only samples needs, without copying tens of MB a step.
     pub fn step_batch_logits(&mut self, work: &mut [SeqStep]) -> Result<&[f32], EngineError> {
         self.run_step(work, Want::Logits)?;
-        Ok(&self.out.logits)
+        Ok(&self.out.logits[..])
     }
 
     /// [`Engine::step_batch_logits`] for greedy decoding: the id of the largest logit of each

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use hearth_backend::{cpu::CpuBackend, Backend, KvSpec};
+use hearth_backend::{cpu::CpuBackend, Backend, HostValues, KvSpec};
 use hearth_models::{Batch, DecoderConfig, DecoderModel, ModelError, TensorLoader, TensorSource};
 use hearth_sampler::Candidate;
 
@@ -62,7 +62,7 @@ pub(crate) enum Want {
 #[derive(Debug, Default)]
 pub(crate) struct StepBuffers {
     /// `[rows, n_vocab]` logits.
-    pub logits: Vec<f32>,
+    pub logits: HostValues,
     /// One token id per row.
     pub argmax: Vec<u32>,
     /// `k` candidates per row, best first.

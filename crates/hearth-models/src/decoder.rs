@@ -7,7 +7,9 @@
 //!  logits = lm_head(rms_norm(x[logits_rows]))
 //! ```
 
-use hearth_backend::{AttnBatch, AttnParams, Backend, DenseLayer, DenseStack, RopeRows};
+use hearth_backend::{
+    AttnBatch, AttnParams, Backend, DenseLayer, DenseStack, HostValues, RopeRows,
+};
 use hearth_sampler::Candidate;
 
 use crate::moe::SparseFfn;
@@ -84,7 +86,7 @@ struct LayerRows<'a> {
 /// What a forward pass returns for its wanted rows, and where.
 enum Head<'a> {
     /// Logits over the vocabulary.
-    Logits(&'a mut Vec<f32>),
+    Logits(&'a mut HostValues),
     /// The hidden state after the final norm.
     Hidden(&'a mut Vec<f32>),
     /// The id of each row's largest logit (see [`Backend::argmax_rows`]).
@@ -243,9 +245,9 @@ impl<B: Backend> DecoderModel<B> {
         cache: &mut B::KvCache,
         block_size: usize,
     ) -> Result<Vec<f32>, ModelError> {
-        let mut logits = Vec::new();
+        let mut logits = HostValues::new();
         self.forward_into(backend, batch, cache, block_size, &mut logits)?;
-        Ok(logits)
+        Ok(logits.into_vec())
     }
 
     /// [`Self::forward`] writing the logits into `logits` (its allocation is reused).
@@ -255,7 +257,7 @@ impl<B: Backend> DecoderModel<B> {
         batch: &Batch,
         cache: &mut B::KvCache,
         block_size: usize,
-        logits: &mut Vec<f32>,
+        logits: &mut HostValues,
     ) -> Result<(), ModelError> {
         logits.clear();
         let key = self.graph_key(batch);
@@ -463,15 +465,20 @@ impl<B: Backend> DecoderModel<B> {
             match head {
                 Head::Argmax(ids) => be.argmax_rows(&logits, ids)?,
                 Head::Best(k, best) => be.top_k_rows(&logits, k, best)?,
-                Head::Logits(out) | Head::Hidden(out) => be.to_host_into(&logits, out)?,
+                Head::Logits(out) => be.to_host_values(&logits, out)?,
+                Head::Hidden(out) => be.to_host_into(&logits, out)?,
             }
             return Ok(());
         };
         be.scale(&mut logits, 1.0 / cap)?;
         // tanh is applied on the host: it only runs over the few rows that are sampled.
-        let soft_cap = |values: &mut Vec<f32>| values.iter_mut().for_each(|v| *v = cap * v.tanh());
+        let soft_cap = |values: &mut [f32]| values.iter_mut().for_each(|v| *v = cap * v.tanh());
         match head {
-            Head::Logits(out) | Head::Hidden(out) => {
+            Head::Logits(out) => {
+                be.to_host_values(&logits, out)?;
+                soft_cap(out);
+            }
+            Head::Hidden(out) => {
                 be.to_host_into(&logits, out)?;
                 soft_cap(out);
             }

@@ -1,7 +1,7 @@
 //! The start and end of a forward pass: choosing eager, record or replay mode (`state.rs`),
 //! and reading the result back, which ends a recording and launches the graph.
 
-use hearth_backend::BackendError;
+use hearth_backend::{BackendError, DeviceVisible, HostValues};
 
 use super::memory::Pinned;
 use super::state::{self, Mode, State};
@@ -40,8 +40,9 @@ impl CudaBackend {
         }
     }
 
-    pub(super) fn read_back(&self, t: &CudaTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
-        let mut st = self.state()?;
+    /// Ends the pass's queueing before something is read back: a recording is closed and
+    /// instantiated, and a recorded step (new or replayed) is launched.
+    fn finish_pass(&self, st: &mut State) -> Result<(), BackendError> {
         let stream = self.dev.stream();
         match st.mode {
             Mode::Eager => {}
@@ -65,13 +66,54 @@ impl CudaBackend {
                         )));
                     }
                 }
-                launch_graph(&st, k)?;
+                launch_graph(st, k)?;
             }
             Mode::Replay(k) => {
                 st.mode = Mode::Eager;
-                launch_graph(&st, k)?;
+                launch_graph(st, k)?;
             }
         }
+        Ok(())
+    }
+
+    /// [`Self::read_back`] into page-locked memory that `out` keeps from pass to pass: the
+    /// device copies straight into what the caller reads (see [`HostValues`]).
+    pub(super) fn read_back_values(
+        &self,
+        t: &CudaTensor,
+        out: &mut HostValues,
+    ) -> Result<(), BackendError> {
+        let mut st = self.state()?;
+        self.finish_pass(&mut st)?;
+        let ctx = self.dev.context();
+        let dst = out.device_visible(t.len(), |n| {
+            // NOTE: rounded up so that a step of a few more rows does not allocate again.
+            let pinned = Pinned::new(ctx, (n * 4).next_power_of_two())?;
+            Ok::<_, BackendError>(Box::new(LockedValues::zeroed(pinned)) as Box<dyn DeviceVisible>)
+        })?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `t` lies in the arena and holds t.len() f32, `dst` as many in page-locked
+        // memory; the copy is waited for before `dst` is read.
+        unsafe {
+            cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
+                dst.as_mut_ptr() as *mut std::ffi::c_void,
+                t.ptr,
+                t.len() * 4,
+                self.dev.stream().cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| BackendError::Device(format!("read back: {e:?}")))?;
+        self.dev.synchronize()?;
+        Ok(())
+    }
+
+    pub(super) fn read_back(&self, t: &CudaTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
+        let mut st = self.state()?;
+        self.finish_pass(&mut st)?;
+        let stream = self.dev.stream();
         out.clear();
         out.reserve(t.len());
         if t.len() * 4 >= PINNED_READ_BACK {
@@ -182,6 +224,31 @@ const PINNED_READ_BACK: usize = 4 << 20;
 /// f32 values per chunk of a read-back through page-locked memory: a device copy, an event
 /// and a task of the host copy each.
 const COPY_CHUNK: usize = 1 << 18;
+
+/// Page-locked memory as [`HostValues`] hold it: f32 values, zeroed when allocated.
+struct LockedValues(Pinned);
+
+impl LockedValues {
+    fn zeroed(mut p: Pinned) -> Self {
+        // SAFETY: the allocation holds capacity() bytes, owned by `p`.
+        unsafe { std::ptr::write_bytes(p.as_mut_ptr(), 0, p.capacity()) };
+        Self(p)
+    }
+}
+
+// SAFETY: the memory is owned by the Pinned allocation (page-aligned, so f32-aligned), holds
+// capacity() f32 (zeroed when made, then written by copies), and lives as long as this does.
+unsafe impl DeviceVisible for LockedValues {
+    fn capacity(&self) -> usize {
+        self.0.capacity() / 4
+    }
+    fn as_ptr(&self) -> *const f32 {
+        self.0.as_ptr() as *const f32
+    }
+    fn as_mut_ptr(&mut self) -> *mut f32 {
+        self.0.as_mut_ptr() as *mut f32
+    }
+}
 
 fn launch_graph(st: &State, key: u64) -> Result<(), BackendError> {
     let g = st

@@ -277,6 +277,10 @@ impl Pinned {
         self.ptr
     }
 
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
     /// Copies `data` into the next free bytes; `None` when it does not fit.
     pub fn push(&mut self, data: &[u8]) -> Option<&[u8]> {
         if !self.fits(data.len()) {

@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::{result, CudaSlice};
 use hearth_backend::{
-    Activation, AttnBatch, AttnParams, Backend, BackendError, DenseLayer, DenseStack, HostWeight,
-    KvSpec, RopeKind, RopeRows, RopeSpec,
+    Activation, AttnBatch, AttnParams, Backend, BackendError, DenseLayer, DenseStack, HostValues,
+    HostWeight, KvSpec, RopeKind, RopeRows, RopeSpec,
 };
 use hearth_quant::GgmlType;
 use hearth_sampler::Candidate;
@@ -269,6 +269,10 @@ impl Backend for CudaBackend {
 
     fn to_host_into(&self, t: &CudaTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
         self.read_back(t, out)
+    }
+
+    fn to_host_values(&self, t: &CudaTensor, out: &mut HostValues) -> Result<(), BackendError> {
+        self.read_back_values(t, out)
     }
 
     fn alloc(&self, rows: usize, cols: usize) -> Result<CudaTensor, BackendError> {
