@@ -564,7 +564,16 @@ impl Backend for CudaBackend {
         group: usize,
         eps: f32,
     ) -> Result<(), BackendError> {
-        let st = self.state()?;
+        let mut st = self.state()?;
+        if group == x.cols && mmq::takes_int8_activations(x.rows) && x.cols.is_multiple_of(32) {
+            // NOTE: whole rows of a decode step (the final norm, before the output matrix):
+            // normed into a new tensor together with their 8-bit copy for the int8 GEMV, one
+            // launch instead of this norm in place and the GEMV's own quantize_q8_1.
+            let out = self.tensor(&mut st, x.rows, x.cols)?;
+            self.launch_norm_quantize(&mut st, x, weight, eps, &out)?;
+            *x = out;
+            return Ok(());
+        }
         self.launch_norm(&st, x, weight, group, eps, x)?;
         Ok(())
     }
