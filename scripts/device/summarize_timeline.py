@@ -50,18 +50,9 @@ def steps(rows):
     return out
 
 
-def api_calls(path):
-    calls = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            start = int(float(r["Start (ns)"]))
-            calls.append((start, start + int(float(r["Duration (ns)"])), r.get("Name", "")))
-    calls.sort()
-    return calls
-
-
-def gpu_rows(path):
-    """Every row of the GPU trace, copies and memsets included."""
+def trace_rows(path):
+    """Every row of a trace (API calls, or GPU work with copies and memsets included), as
+    (start, end, name) in order of start."""
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
@@ -106,7 +97,7 @@ def host_side(calls, gpu):
 
 def main():
     if len(sys.argv) > 2:
-        host_side(api_calls(sys.argv[2]), gpu_rows(sys.argv[1]))
+        host_side(trace_rows(sys.argv[2]), trace_rows(sys.argv[1]))
     rows = kernels(sys.argv[1])
     if not rows:
         return

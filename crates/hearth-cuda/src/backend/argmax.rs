@@ -5,7 +5,7 @@
 use hearth_backend::BackendError;
 
 use super::launch::Arg;
-use super::state::{Mode, State};
+use super::state::State;
 use super::{CudaBackend, CudaTensor};
 
 /// Threads of an `argmax_split_f32` block and the values of its chunk (kernels/reduce.cu
@@ -42,18 +42,11 @@ impl CudaBackend {
             // A replayed step: its recording holds the launch.
             return Ok(true);
         }
-        let stream = self.dev.stream().clone();
-        let may_grow = st.mode == Mode::Eager;
-        let Some((counts, replaced)) = st.counters.get(&stream, t.rows * 4, may_grow)? else {
-            return Ok(false);
-        };
-        if replaced {
-            // Recorded steps point at the old counters.
-            st.drop_graphs();
-        }
         let chunks = t.cols.div_ceil(SPLIT_CHUNK);
         let part_bytes = t.rows * chunks * 8;
-        let part = st.arena.alloc(&stream, part_bytes, may_grow)?;
+        let Some((counts, part)) = self.row_counters_and_scratch(st, t.rows, part_bytes)? else {
+            return Ok(false);
+        };
         let args = [
             Arg::P(t.ptr),
             Arg::P(part),

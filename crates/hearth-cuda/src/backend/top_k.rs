@@ -59,17 +59,10 @@ impl CudaBackend {
             // A replayed step: its recording holds the launch.
             return Ok(true);
         }
-        let stream = self.dev.stream().clone();
-        let may_grow = st.mode == Mode::Eager;
-        let Some((counts, replaced)) = st.counters.get(&stream, t.rows * 4, may_grow)? else {
+        let cand_bytes = t.rows * chunks * k * 8;
+        let Some((counts, cand)) = self.row_counters_and_scratch(st, t.rows, cand_bytes)? else {
             return Ok(false);
         };
-        if replaced {
-            // Recorded steps point at the old counters.
-            st.drop_graphs();
-        }
-        let cand_bytes = t.rows * chunks * k * 8;
-        let cand = st.arena.alloc(&stream, cand_bytes, may_grow)?;
         let args = [
             Arg::P(t.ptr),
             Arg::P(cand),
@@ -84,6 +77,30 @@ impl CudaBackend {
         // The next kernel that could be handed this memory waits for this one before writing.
         st.arena.give_back(cand, cand_bytes);
         Ok(true)
+    }
+
+    /// For a kernel whose blocks split rows and whose last block per row merges (top-k and
+    /// argmax over chunks): a zeroed counter per row (the kernel leaves them zeroed) and
+    /// `scratch_bytes` of transient memory for the blocks' results, which the caller gives
+    /// back once the launch is queued. `None` where the counters would have to grow while a
+    /// step is being recorded.
+    pub(super) fn row_counters_and_scratch(
+        &self,
+        st: &mut State,
+        rows: usize,
+        scratch_bytes: usize,
+    ) -> Result<Option<(u64, u64)>, BackendError> {
+        let stream = self.dev.stream().clone();
+        let may_grow = st.mode == Mode::Eager;
+        let Some((counts, replaced)) = st.counters.get(&stream, rows * 4, may_grow)? else {
+            return Ok(None);
+        };
+        if replaced {
+            // Recorded steps point at the old counters.
+            st.drop_graphs();
+        }
+        let scratch = st.arena.alloc(&stream, scratch_bytes, may_grow)?;
+        Ok(Some((counts, scratch)))
     }
 }
 
