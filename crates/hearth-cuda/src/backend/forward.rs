@@ -94,11 +94,19 @@ impl CudaBackend {
         if dst.is_empty() {
             return Ok(());
         }
-        // SAFETY: `t` lies in the arena and holds t.len() f32, `dst` as many in page-locked
-        // memory; the copy is waited for before `dst` is read.
+        // SAFETY: `dst` holds t.len() f32 in page-locked memory, not read before this returns.
+        unsafe { self.copy_back_and_wait(t, dst.as_mut_ptr()) }
+    }
+
+    /// Copies `t` to `dst` and waits for the copy.
+    ///
+    /// # Safety
+    /// `dst` must have room for `t.len()` f32 and stay untouched until this returns.
+    unsafe fn copy_back_and_wait(&self, t: &CudaTensor, dst: *mut f32) -> Result<(), BackendError> {
+        // SAFETY: `t` lies in the arena and holds t.len() f32; `dst` as the caller promises.
         unsafe {
             cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
-                dst.as_mut_ptr() as *mut std::ffi::c_void,
+                dst as *mut std::ffi::c_void,
                 t.ptr,
                 t.len() * 4,
                 self.dev.stream().cu_stream(),
@@ -113,7 +121,6 @@ impl CudaBackend {
     pub(super) fn read_back(&self, t: &CudaTensor, out: &mut Vec<f32>) -> Result<(), BackendError> {
         let mut st = self.state()?;
         self.finish_pass(&mut st)?;
-        let stream = self.dev.stream();
         out.clear();
         out.reserve(t.len());
         if t.len() * 4 >= PINNED_READ_BACK {
@@ -122,19 +129,8 @@ impl CudaBackend {
         // NOTE: straight into the vector's spare capacity: clearing tens of MB first would cost
         // as much as the copy.
         let spare = &mut out.spare_capacity_mut()[..t.len()];
-        // SAFETY: `t` lies in the arena and holds `t.len()` f32, `spare` has room for as many;
-        // the copy is waited for before the length is set.
-        unsafe {
-            cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
-                spare.as_mut_ptr() as *mut std::ffi::c_void,
-                t.ptr,
-                t.len() * 4,
-                stream.cu_stream(),
-            )
-        }
-        .result()
-        .map_err(|e| BackendError::Device(format!("read back: {e:?}")))?;
-        self.dev.synchronize()?;
+        // SAFETY: `spare` has room for t.len() f32; the length is set only after the copy.
+        unsafe { self.copy_back_and_wait(t, spare.as_mut_ptr() as *mut f32)? };
         // SAFETY: the first t.len() values were written by the completed copy.
         unsafe { out.set_len(t.len()) };
         Ok(())

@@ -549,7 +549,7 @@ impl Backend for CudaBackend {
     ) -> Result<CudaTensor, BackendError> {
         let mut st = self.state()?;
         let out = self.tensor(&mut st, x.rows, x.cols)?;
-        if mmq::takes_int8_activations(x.rows) && x.cols.is_multiple_of(32) {
+        if norm_quantizes(x) {
             self.launch_norm_quantize(&mut st, x, weight, eps, &out)?;
         } else {
             self.launch_norm(&st, x, weight, x.cols, eps, &out)?;
@@ -565,7 +565,7 @@ impl Backend for CudaBackend {
         eps: f32,
     ) -> Result<(), BackendError> {
         let mut st = self.state()?;
-        if group == x.cols && mmq::takes_int8_activations(x.rows) && x.cols.is_multiple_of(32) {
+        if group == x.cols && norm_quantizes(x) {
             // NOTE: whole rows of a decode step (the final norm, before the output matrix):
             // normed into a new tensor together with their 8-bit copy for the int8 GEMV, one
             // launch instead of this norm in place and the GEMV's own quantize_q8_1.
@@ -817,6 +817,12 @@ impl CudaBackend {
         self.launch(st, "rms_norm_groups", (n_groups, 1), threads, &args)?;
         Ok(())
     }
+}
+
+/// Whether a norm over whole rows of `x` also writes their 8-bit copy (`rms_norm_quantize`):
+/// rows few enough for the int8-activation kernels, of whole 32-value groups.
+fn norm_quantizes(x: &CudaTensor) -> bool {
+    mmq::takes_int8_activations(x.rows) && x.cols.is_multiple_of(32)
 }
 
 /// A norm weight of `group` values, applied to rows of `cols` (a multiple of it).
