@@ -21,6 +21,10 @@ pub struct BenchArgs {
     /// Repetitions of each test
     #[arg(short = 'r', long, default_value_t = 3)]
     repetitions: usize,
+    /// Tokens already in each sequence's context before a test starts (as llama-bench's -d):
+    /// they are run first, untimed, so that both tests measure attention over a longer context
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    n_depth: usize,
     /// Sequences generating together in the generation test, one batched step per token
     /// (as the server runs them); tg then reports their combined tokens per second
     #[arg(long, default_value_t = 1)]
@@ -52,6 +56,7 @@ struct BenchReport {
     backend: String,
     threads: usize,
     load_s: f64,
+    depth: usize,
     pp_tokens: usize,
     pp_tok_s: Stat,
     tg_tokens: usize,
@@ -103,9 +108,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!("--parallel must be at least 1");
     }
     let mut opts = a.load.options(None);
-    opts.n_ctx = opts.n_ctx.max(a.n_prompt + a.n_gen + 1);
+    opts.n_ctx = opts.n_ctx.max(a.n_depth + a.n_prompt + a.n_gen + 1);
     opts.n_batch = opts.n_batch.max(a.n_prompt);
-    opts.n_kv_tokens = opts.n_ctx.max(a.parallel * (a.n_gen + 32));
+    opts.n_kv_tokens = opts.n_ctx.max(a.parallel * (a.n_depth + a.n_gen + 32));
     crate::cmd::init_logging("warn");
     let t0 = Instant::now();
     let mut engine = Engine::load(&a.model, &opts)?;
@@ -124,7 +129,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     // And two decode steps of the measured batch: kernels only decode uses (the wgpu backend's
     // decode projections) are built then, not inside the first timed generation.
     if a.n_gen > 0 {
-        generation_test(&mut engine, 2, a.parallel, Decode::of(&a))?;
+        generation_test(&mut engine, 2, a.parallel, 0, Decode::of(&a))?;
     }
 
     let mut pp = Vec::new();
@@ -133,6 +138,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         if a.n_prompt > 0 {
             let tokens = bench_tokens(a.n_prompt, n_vocab);
             let mut seq = Sequence::new();
+            fill_context(&mut engine, &mut seq, a.n_depth)?;
             let t = Instant::now();
             engine.step(&mut seq, &tokens)?;
             pp.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
@@ -143,6 +149,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                 &mut engine,
                 a.n_gen,
                 a.parallel,
+                a.n_depth,
                 Decode::of(&a),
             )?);
         }
@@ -152,6 +159,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         backend: engine.info().backend.clone(),
         threads: engine.info().n_threads,
         load_s,
+        depth: a.n_depth,
         pp_tokens: a.n_prompt,
         pp_tok_s: Stat::of(&pp),
         tg_tokens: a.n_gen,
@@ -168,13 +176,19 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         println!("model      {}", report.model);
         println!("backend    {}", report.backend);
         println!("load       {:.3} s", report.load_s);
+        // As llama-bench labels tests after a context: "pp512 @ d2048".
+        let at = match report.depth {
+            0 => String::new(),
+            d => format!(" @ d{d}"),
+        };
+        let pp_label = format!("pp{}{at}", report.pp_tokens);
         println!(
-            "pp{:<7} {:.1} ± {:.1} tok/s",
-            report.pp_tokens, report.pp_tok_s.mean, report.pp_tok_s.stddev
+            "{pp_label:<9}  {:.1} ± {:.1} tok/s",
+            report.pp_tok_s.mean, report.pp_tok_s.stddev
         );
         let mut label = match report.tg_parallel {
-            1 => format!("tg{}", report.tg_tokens),
-            n => format!("tg{}x{n}", report.tg_tokens),
+            1 => format!("tg{}{at}", report.tg_tokens),
+            n => format!("tg{}x{n}{at}", report.tg_tokens),
         };
         if report.tg_greedy {
             label.push_str(" greedy");
@@ -217,18 +231,31 @@ impl Decode {
     }
 }
 
-/// `n_gen` single-token steps of `parallel` sequences at once, decoded as `decode` says;
-/// returns their combined tokens per second. The tokens run are fixed (as llama-bench's), not
-/// the ones drawn.
+/// Runs `depth` tokens into `seq` (untimed), the context a test then starts from.
+fn fill_context(engine: &mut Engine, seq: &mut Sequence, depth: usize) -> anyhow::Result<()> {
+    if depth > 0 {
+        let tokens = bench_tokens(depth, engine.n_vocab());
+        engine.step(seq, &tokens)?;
+    }
+    Ok(())
+}
+
+/// `n_gen` single-token steps of `parallel` sequences at once (each after `depth` tokens of
+/// context), decoded as `decode` says; returns their combined tokens per second. The tokens
+/// run are fixed (as llama-bench's), not the ones drawn.
 fn generation_test(
     engine: &mut Engine,
     n_gen: usize,
     parallel: usize,
+    depth: usize,
     decode: Decode,
 ) -> anyhow::Result<f64> {
     let n_vocab = engine.n_vocab();
     let tokens = bench_tokens(n_gen + parallel, n_vocab);
     let mut seqs: Vec<Sequence> = (0..parallel).map(|_| Sequence::new()).collect();
+    for seq in &mut seqs {
+        fill_context(engine, seq, depth)?;
+    }
     let repeat_penalty = match decode {
         Decode::Sample(r) => r,
         Decode::Logits | Decode::Greedy => 1.0,
