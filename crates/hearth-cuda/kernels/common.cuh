@@ -41,6 +41,14 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, offset));
+    }
+    return v;
+}
+
 // 6-bit scale and min of group g (0..8) of a Q4_K / Q5_K block's packed scales.
 __device__ __forceinline__ void scale_min_k4(const u8* sc, int g, int& scale, int& min) {
     if (g < 4) {

@@ -17,7 +17,8 @@
 // The arithmetic is the op-by-op kernels' (gemv_warp_rows_q8a, attend_span, the norm and
 // quantization of rms_norm_quantize and qk_norm_rope) but for two orders of summation: the f64
 // sums of squares in the norms (see rms_norm_quantize), and attention's softmax, merged from
-// chunks of positions (below) rather than from one block's warps alone.
+// chunks of positions (below) rather than from one block's warps alone: each chunk rounds its
+// weights to f16 against its own max and sum, not the whole span's.
 //
 // Not yet faster than the op-by-op step, so off unless asked for (see decode_layers.rs for the
 // measurements and where the time goes; DL_PROFILE below measures it).
@@ -199,8 +200,12 @@ __device__ __forceinline__ void block_norm_rope_head(const float* row, const flo
 #define DL_MIN_CHUNK 16
 #endif
 
+// Positions of a chunk whose scores attend_span keeps (its kernel's static shared memory is
+// at most 48 KiB, and a chunk is rarely longer: see n_chunks in decode_layers).
+#define DL_KEPT 256
+
 // Chunk c of n_chunks of a head's attention (attend_span over j0 .. j1 - 1). Each chunk's
-// max, sum and weighted values go to its slot of `parts` (head_dim + 2 floats each); the last
+// max, sum and weighted values (divided by its sum) go to its slot of `parts` (head_dim + 2 floats each); the last
 // chunk of the head to arrive (the `done` count) merges them all and writes the head's output
 // to outh and its 8-bit copy to oqh / odsh. A head in one chunk is written at once, with
 // attend_head's arithmetic.
@@ -212,13 +217,13 @@ __device__ __forceinline__ void attend_chunk(const float* head_q, const u16* kc,
                                              const float* vnewh, float* parts, int c,
                                              int n_chunks, u32* done, float* outh, i8* oqh,
                                              float2* odsh) {
-    float mx, total, o[DPL];
-    if (!attend_span<DPL>(head_q, kc, vc, j0, j1, pos, tables, table, kv_off, kv_dim, head_dim,
-                          block_size, scale, 0.f, knewh, vnewh, mx, total, o)) {
-        return;
-    }
     const int lane = threadIdx.x % WARP_SIZE, d0 = lane * DPL;
     const int n_mine = max(0, min(DPL, head_dim - d0));
+    const AttnSpan sp = {kc, vc,  tables, table, kv_off, kv_dim, head_dim, block_size,
+                         j0, j1,  pos,    knewh, vnewh,  d0,     n_mine,   scale,
+                         0.f};
+    float mx, total, o[DPL];
+    if (!attend_span<DPL, DL_WARPS, DL_KEPT>(head_q, sp, mx, total, o)) return;
     if (n_chunks > 1) {
         float* mine = parts + (size_t)c * (head_dim + 2);
         if (lane == 0) {
@@ -241,20 +246,22 @@ __device__ __forceinline__ void attend_chunk(const float* head_q, const u16* kc,
         total = 0.f;
 #pragma unroll
         for (int d = 0; d < DPL; ++d) o[d] = 0.f;
+        // A chunk's values are already divided by its own sum: weighted by that sum here.
         for (int i = 0; i < n_chunks; ++i) {
             const float* slot = parts + (size_t)i * (head_dim + 2);
-            const float w = expf(__ldcg(slot) - mx);
-            total += __ldcg(slot + 1) * w;
+            const float w = __ldcg(slot + 1) * expf(__ldcg(slot) - mx);
+            total += w;
 #pragma unroll
             for (int d = 0; d < DPL; ++d) {
                 if (d < n_mine) o[d] += __ldcg(slot + 2 + d0 + d) * w;
             }
         }
         if (lane == 0) *done = 0;
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) o[d] /= total;
     }
 #pragma unroll
     for (int d = 0; d < DPL; ++d) {
-        o[d] /= total;
         if (d < n_mine) outh[d0 + d] = o[d];
     }
     quantize_lane_values_q8_1<DPL>(o, oqh + d0, odsh + d0 / 32, n_mine > 0);

@@ -1,13 +1,15 @@
 // Flash attention for prompt chunks, on tensor cores: a block takes a tile of up to 64
-// consecutive queries of one sequence and one head, walks that sequence's keys in tiles of BK
-// through shared memory, and keeps an online softmax per query row (flash attention 2).
-// The decode kernel in model.cu reads every key once per query; here a key tile is read once
-// per 64 queries, and q·k and p·v run as m16n8k16 f16 matrix products with f32 sums.
+// consecutive queries of one sequence and one head and walks that sequence's keys in tiles of
+// BK through shared memory, twice: first for each query row's max score and softmax sum
+// (online, as flash attention 2 does), then for the weighted values. The decode kernel in
+// model.cu reads every key once per query; here a key tile is read twice per 64 queries, and
+// q·k and p·v run as m16n8k16 f16 matrix products with f32 sums.
 //
-// Numerics against the CPU backend (the reference): q is rounded to f16 as there, and q·k sums
-// exact f16 products in f32 (another order). The softmax weights p are rounded to f16 for the
-// p·v product (the CPU keeps them in f32): a relative error of at most 2^-11 per weight, which
-// is why this kernel serves prompt chunks only and decode steps keep the exact kernel.
+// Numerics against the CPU backend (the reference): q is rounded to f16 as there, q·k sums
+// exact f16 products in f32 (another order), and the final weights exp(s - max) / sum are
+// rounded to f16 before they multiply V, as there (and as ggml's attention does). A one-pass
+// kernel rounds the running, unnormalized weights instead: last-bit differences that the 8-bit
+// activations after attention turn into visible logit differences (BENCHMARKS.md).
 //
 // Launch: grid (tiles, heads), 128 threads (4 warps of 16 query rows). `tiles` holds per tile
 // (sequence, first token row, query count); a sequence's tokens are consecutive rows with
@@ -49,6 +51,65 @@ __device__ __forceinline__ void load_v_fragments(u32 addr, u32& b0, u32& b1, u32
                  : "r"(addr));
 }
 
+// Keys kb .. kb + BK - 1 of a head into the shared tile ks, and their values into vs when it
+// is not null, 16 bytes at a time; keys past p_last are zeros (and masked by tile_scores).
+template <int HD, int BK, int STRIDE>
+__device__ __forceinline__ void load_kv_tile(u16* ks, u16* vs, const u16* __restrict__ kc,
+                                             const u16* __restrict__ vc, u32 kb, u32 p_last,
+                                             const u32* tables, u32 table, int block_size,
+                                             int kv_dim, int kv_off) {
+    constexpr int CHUNKS = HD / 8;
+    for (int i = threadIdx.x; i < BK * CHUNKS; i += FLASH_WARPS * WARP_SIZE) {
+        const int key = i / CHUNKS, ch = i % CHUNKS;
+        const u32 j = kb + key;
+        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+        if (j <= p_last) {
+            const size_t at = kv_slot(tables, table, j, block_size) * kv_dim + kv_off + ch * 8;
+            kv = *reinterpret_cast<const uint4*>(kc + at);
+            if (vs != nullptr) vv = *reinterpret_cast<const uint4*>(vc + at);
+        }
+        *reinterpret_cast<uint4*>(ks + key * STRIDE + ch * 8) = kv;
+        if (vs != nullptr) *reinterpret_cast<uint4*>(vs + key * STRIDE + ch * 8) = vv;
+    }
+}
+
+// The scores of a warp's 16 query rows against the BK keys of the tile ks (from kb): q · kᵀ,
+// scaled and soft-capped, -inf where the row may not see the key (causal and window mask, or
+// a row past the tile). s[n][2r + e]: the thread's row r (g, g + 8) and key kb + 8n + 2c + e.
+template <int HD, int BK, int STRIDE>
+__device__ __forceinline__ void tile_scores(float (&s)[BK / 8][4], const u32 (&qf)[HD / 16][4],
+                                            const u16* ks, u32 kb, const u32 (&pos_r)[2],
+                                            const bool (&row_ok)[2], int window, float scale,
+                                            float softcap) {
+    const int lane = threadIdx.x % WARP_SIZE, g = lane / 4, c = lane % 4;
+#pragma unroll
+    for (int n = 0; n < BK / 8; ++n) {
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        const u16* krow = ks + (n * 8 + g) * STRIDE + 2 * c;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; ++kk) {
+            const u32 b0 = *reinterpret_cast<const u32*>(krow + kk * 16);
+            const u32 b1 = *reinterpret_cast<const u32*>(krow + kk * 16 + 8);
+            mma_f16(s[n], qf[kk], b0, b1);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const u32 pos = pos_r[r];
+        const u32 lo = (window > 0 && pos + 1 > (u32)window) ? pos + 1 - window : 0;
+#pragma unroll
+        for (int n = 0; n < BK / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const u32 j = kb + n * 8 + 2 * c + e;
+                float x = s[n][2 * r + e] * scale;
+                if (softcap > 0.f) x = softcap * tanhf(x / softcap);
+                s[n][2 * r + e] = (row_ok[r] && j <= pos && j >= lo) ? x : NEG_INF;
+            }
+        }
+    }
+}
+
 template <int HD, int BK>
 __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict__ kc,
                               const u16* __restrict__ vc, float* __restrict__ out,
@@ -68,7 +129,7 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int g = lane / 4, c = lane % 4;  // fragment row group and column pair
     const int kv_dim = n_kv_heads * HD;
-    const int kv_head = h / (n_heads / n_kv_heads);
+    const int kv_off = h / (n_heads / n_kv_heads) * HD;
     const u32 table = seq_table[seq];
     const u32 p0 = tok_pos[t0];  // position of the tile's first query
     const u32 p_last = p0 + nq - 1;
@@ -78,6 +139,8 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     const int row0 = warp * 16 + g, row1 = row0 + 8;
     const bool warp_live = warp * 16 < nq;
     const u32 warp_last_pos = p0 + min(nq, warp * 16 + 16) - 1;
+    const u32 pos_r[2] = {p0 + row0, p0 + row1};
+    const bool row_ok[2] = {row0 < nq, row1 < nq};
 
     // The warp's queries as A fragments, rounded to f16 (rows past the tile are zeros).
     u32 qf[HD / 16][4];
@@ -85,112 +148,77 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
         const size_t q_stride = (size_t)n_heads * HD;
         const float* q0 = q + (size_t)(t0 + row0) * q_stride + h * HD;
         const float* q1 = q + (size_t)(t0 + row1) * q_stride + h * HD;
-        const bool ok0 = row0 < nq, ok1 = row1 < nq;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; ++kk) {
             const int d = kk * 16 + 2 * c;
-            qf[kk][0] = ok0 ? pack_half2(q0[d], q0[d + 1]) : 0u;
-            qf[kk][1] = ok1 ? pack_half2(q1[d], q1[d + 1]) : 0u;
-            qf[kk][2] = ok0 ? pack_half2(q0[d + 8], q0[d + 9]) : 0u;
-            qf[kk][3] = ok1 ? pack_half2(q1[d + 8], q1[d + 9]) : 0u;
+            qf[kk][0] = row_ok[0] ? pack_half2(q0[d], q0[d + 1]) : 0u;
+            qf[kk][1] = row_ok[1] ? pack_half2(q1[d], q1[d + 1]) : 0u;
+            qf[kk][2] = row_ok[0] ? pack_half2(q0[d + 8], q0[d + 9]) : 0u;
+            qf[kk][3] = row_ok[1] ? pack_half2(q1[d + 8], q1[d + 9]) : 0u;
         }
     }
 
-    float o[HD / 8][4];
-#pragma unroll
-    for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    // Pass 1: each row's max score m and softmax sum l, online over the key tiles.
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
-    const u32 pos_r[2] = {p0 + row0, p0 + row1};
-
     for (u32 kb = k_first; kb <= p_last; kb += BK) {
-        __syncthreads();  // the last tile's fragments have been read
-        // Keys kb .. kb + BK - 1 of this head into shared memory, 16 bytes at a time; keys
-        // past the tile's last position are zeros (and masked below).
-        constexpr int CHUNKS = HD / 8;
-        for (int i = threadIdx.x; i < BK * CHUNKS; i += FLASH_WARPS * WARP_SIZE) {
-            const int key = i / CHUNKS, ch = i % CHUNKS;
-            const u32 j = kb + key;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-            if (j <= p_last) {
-                const size_t at = kv_slot(tables, table, j, block_size) * kv_dim +
-                                  kv_head * HD + ch * 8;
-                kv = *reinterpret_cast<const uint4*>(kc + at);
-                vv = *reinterpret_cast<const uint4*>(vc + at);
-            }
-            *reinterpret_cast<uint4*>(ks + key * STRIDE + ch * 8) = kv;
-            *reinterpret_cast<uint4*>(vs + key * STRIDE + ch * 8) = vv;
-        }
+        __syncthreads();  // the last tile has been read
+        load_kv_tile<HD, BK, STRIDE>(ks, nullptr, kc, vc, kb, p_last, tables, table, block_size,
+                                     kv_dim, kv_off);
         __syncthreads();
         // Warps past the tile, or whose queries all come before these keys, sit this one out.
         if (!warp_live || kb > warp_last_pos) continue;
-
-        // s = q · kᵀ for the warp's 16 rows and BK keys.
         float s[BK / 8][4];
-#pragma unroll
-        for (int n = 0; n < BK / 8; ++n) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-            const u16* krow = ks + (n * 8 + g) * STRIDE + 2 * c;
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; ++kk) {
-                const u32 b0 = *reinterpret_cast<const u32*>(krow + kk * 16);
-                const u32 b1 = *reinterpret_cast<const u32*>(krow + kk * 16 + 8);
-                mma_f16(s[n], qf[kk], b0, b1);
-            }
-        }
-        // Scale, soft-cap and mask, then the online softmax of each of the thread's 2 rows.
+        tile_scores<HD, BK, STRIDE>(s, qf, ks, kb, pos_r, row_ok, window, scale, softcap);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const u32 pos = pos_r[r];
-            const u32 lo = (window > 0 && pos + 1 > (u32)window) ? pos + 1 - window : 0;
-            const bool row_ok = (r == 0 ? row0 : row1) < nq;
             float mx = NEG_INF;
 #pragma unroll
-            for (int n = 0; n < BK / 8; ++n) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const u32 j = kb + n * 8 + 2 * c + e;
-                    float x = s[n][2 * r + e] * scale;
-                    if (softcap > 0.f) x = softcap * tanhf(x / softcap);
-                    x = (row_ok && j <= pos && j >= lo) ? x : NEG_INF;
-                    s[n][2 * r + e] = x;
-                    mx = fmaxf(mx, x);
-                }
-            }
+            for (int n = 0; n < BK / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
             const float m_new = fmaxf(m[r], mx);
             // A row that has seen no key yet keeps m = -inf: subtract 0 so that exp gives 0.
             const float base = m_new == NEG_INF ? 0.f : m_new;
-            const float corr = expf(m[r] - base);
             float sum = 0.f;
 #pragma unroll
             for (int n = 0; n < BK / 8; ++n) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    // Rounded here so that the sum weighs exactly what p·v multiplies.
-                    const float p = round_f16(expf(s[n][2 * r + e] - base));
-                    s[n][2 * r + e] = p;
-                    sum += p;
-                }
+                sum += expf(s[n][2 * r] - base) + expf(s[n][2 * r + 1] - base);
             }
             sum += __shfl_xor_sync(FULL_MASK, sum, 1);
             sum += __shfl_xor_sync(FULL_MASK, sum, 2);
-            l[r] = l[r] * corr + sum;
+            l[r] = l[r] * expf(m[r] - base) + sum;
             m[r] = m_new;
-#pragma unroll
-            for (int n = 0; n < HD / 8; ++n) {
-                o[n][2 * r] *= corr;
-                o[n][2 * r + 1] *= corr;
-            }
         }
-        // o += p · v: the s accumulators of key tiles 2k and 2k + 1 are the A fragment of
-        // keys 16k .. 16k + 15.
+    }
+    // Every query sees at least its own position, so a live row has l > 0.
+    const float base[2] = {m[0] == NEG_INF ? 0.f : m[0], m[1] == NEG_INF ? 0.f : m[1]};
+    const float inv[2] = {l[0] > 0.f ? 1.f / l[0] : 0.f, l[1] > 0.f ? 1.f / l[1] : 0.f};
+
+    // Pass 2: o = p · v with the final weights p = exp(s - m) / l rounded to f16, as the CPU
+    // backend rounds them (cpu/attention.rs); the scores are computed again.
+    float o[HD / 8][4];
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    for (u32 kb = k_first; kb <= p_last; kb += BK) {
+        __syncthreads();
+        load_kv_tile<HD, BK, STRIDE>(ks, vs, kc, vc, kb, p_last, tables, table, block_size,
+                                     kv_dim, kv_off);
+        __syncthreads();
+        if (!warp_live || kb > warp_last_pos) continue;
+        float s[BK / 8][4];
+        tile_scores<HD, BK, STRIDE>(s, qf, ks, kb, pos_r, row_ok, window, scale, softcap);
+        // The s accumulators of key tiles 2k and 2k + 1, as weights, are the A fragment of
+        // keys 16k .. 16k + 15 (f16: the rounding the CPU applies).
 #pragma unroll
         for (int k = 0; k < BK / 16; ++k) {
-            const u32 a[4] = {pack_half2(s[2 * k][0], s[2 * k][1]),
-                              pack_half2(s[2 * k][2], s[2 * k][3]),
-                              pack_half2(s[2 * k + 1][0], s[2 * k + 1][1]),
-                              pack_half2(s[2 * k + 1][2], s[2 * k + 1][3])};
+            u32 a[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float* t = s[2 * k + i / 2];
+                const int r = i % 2;
+                a[i] = pack_half2(expf(t[2 * r] - base[r]) * inv[r],
+                                  expf(t[2 * r + 1] - base[r]) * inv[r]);
+            }
             // Lane l names row (l % 8) + 8 ((l / 8) % 2) of dims + 8 (l / 16) of its matrix.
             const int key = k * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
             const u32 row_addr = shared_address(vs + key * STRIDE + 8 * (lane / 16));
@@ -210,13 +238,11 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     for (int r = 0; r < 2; ++r) {
         const int row = r == 0 ? row0 : row1;
         if (row >= nq) continue;
-        // Every query sees at least its own position, so l > 0.
-        const float inv = 1.f / l[r];
         float* dst = out + (size_t)(t0 + row) * o_stride + h * HD + 2 * c;
 #pragma unroll
         for (int n = 0; n < HD / 8; ++n) {
-            dst[n * 8] = o[n][2 * r] * inv;
-            dst[n * 8 + 1] = o[n][2 * r + 1] * inv;
+            dst[n * 8] = o[n][2 * r];
+            dst[n * 8 + 1] = o[n][2 * r + 1];
         }
     }
 }

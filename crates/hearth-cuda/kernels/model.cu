@@ -217,97 +217,237 @@ extern "C" __global__ void kv_write(const float* __restrict__ k, const float* __
     }
 }
 
-// One query head of one token attending to positions j0 .. j1 - 1 of its sequence, by a block
-// of WARPS warps: each warp takes every WARPS-th position with an online softmax
-// (running max, sum and weighted values), and the warps are merged at the end. A lane holds
-// DPL consecutive dimensions (DPL * 32 >= head_dim; lanes past the head hold zeros). Warp 0
-// returns true with the span's max logit `mx`, its softmax sum `total` and the weighted sum
-// of values `o` (its lane's DPL dimensions, not yet divided by `total`); the other warps
-// return false. All threads of the block call it; it ends with the block's shared arrays
-// still in use by warp 0.
-//
-// qh: the head's query; tables / table: the block tables and where the sequence's starts (see
-// kv_slot); kv_off: where its KV head starts in a cache row of kv_dim values. knewh / vnewh:
-// the token's own key and value (position `pos`, a decode step where every sequence brings
-// one token), read from these rows rounded to f16 as the cache holds them, rather than from
-// the cache slot this step writes; null: from the cache.
-template <int DPL, int WARPS = 4>
-__device__ __forceinline__ bool attend_span(const float* qh, const u16* __restrict__ kc,
-                                            const u16* __restrict__ vc, u32 j0, u32 j1, u32 pos,
-                                            const u32* tables, u32 table, int kv_off,
-                                            int kv_dim, int head_dim, int block_size,
-                                            float scale, float softcap, const float* knewh,
-                                            const float* vnewh, float& mx, float& total,
-                                            float (&o)[DPL]) {
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int d0 = lane * DPL;
-    const int n_mine = max(0, min(DPL, head_dim - d0));  // dimensions this lane holds
-    float qv[DPL], acc[DPL];
+// Positions whose scores (and cache rows) a block of attend_span keeps in shared memory
+// between its two passes by default; past them the second pass computes the score again.
+#define ATTN_KEPT 2048
+
+// Positions a warp of attend_span's second pass loads at once (their values in flight
+// together). Fewer for wide heads, whose rows take more registers, and in blocks of
+// ATTN_WIDE_WARPS warps, whose threads have 64 registers each.
+#define ATTN_BATCH(DPL, WARPS) ((WARPS) > 4 ? ((DPL) >= 8 ? 1 : 2) : ((DPL) >= 8 ? 2 : 4))
+
+// Where one head of one token reads the span j0 .. j1 - 1 of its sequence, and a lane's share
+// of a row: the caches, the block tables and where the sequence's starts (see kv_slot), where
+// the KV head starts in a cache row of kv_dim values, and the lane's first dimension d0 and
+// count n_mine. knewh / vnewh: the token's own key and value (position `pos`, a decode step
+// where every sequence brings one token), read from these rows rounded to f16 as the cache
+// holds them rather than from the slot this step writes; null: from the cache.
+struct AttnSpan {
+    const u16* kc;
+    const u16* vc;
+    const u32* tables;
+    u32 table;
+    int kv_off, kv_dim, head_dim, block_size;
+    u32 j0, j1, pos;
+    const float* knewh;
+    const float* vnewh;
+    int d0, n_mine;
+    float scale, softcap;
+
+    // Where position j's row of the head starts in the caches.
+    __device__ __forceinline__ size_t row(u32 j) const {
+        return kv_slot(tables, table, j, block_size) * kv_dim + kv_off;
+    }
+    __device__ __forceinline__ bool own(u32 j) const { return knewh != nullptr && j == pos; }
+    __device__ __forceinline__ float capped(float s) const {
+        s *= scale;
+        return softcap > 0.f ? softcap * tanhf(s / softcap) : s;
+    }
+};
+
+// A lane's DPL values of a cache row at `at`, or of the row `newh` (rounded to f16) when it is
+// not null; zeros past the head.
+template <int DPL>
+__device__ __forceinline__ void load_lane_row(float (&dst)[DPL], const u16* __restrict__ cache,
+                                              size_t at, const float* newh, int d0, int n_mine) {
 #pragma unroll
     for (int d = 0; d < DPL; ++d) {
-        qv[d] = d < n_mine ? round_f16(qh[d0 + d]) : 0.f;
-        acc[d] = 0.f;
+        dst[d] = d >= n_mine ? 0.f : newh != nullptr ? round_f16(newh[d0 + d]) : half_to_f32(cache[at + d]);
     }
-    float m = NEG_INF, l = 0.f;
+}
+
+// Lanes that share a position's score in attend_span's first pass: each takes every
+// ATTN_SCORE_LANES-th 8-value chunk of the key, all its loads in flight at once (one thread
+// per position waited for 16 loads one after another on 128-value heads).
+#define ATTN_SCORE_LANES 4
+
+// This lane's part of q · k for position j (q f16-rounded in shared memory): chunks `part`,
+// part + ATTN_SCORE_LANES, ... of 8 values (head_dim is a multiple of 8; DPL * 4 chunks cover
+// the head).
+template <int DPL>
+__device__ __forceinline__ float partial_score(const AttnSpan& sp, const float* q, u32 j,
+                                               size_t row, int part) {
+    float s = 0.f;
+    if (sp.own(j)) {
+#pragma unroll
+        for (int k = 0; k < DPL; ++k) {
+            const int c = part + ATTN_SCORE_LANES * k;
+            if (8 * c >= sp.head_dim) break;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) s = fmaf(q[8 * c + e], round_f16(sp.knewh[8 * c + e]), s);
+        }
+        return s;
+    }
+    const uint4* k = reinterpret_cast<const uint4*>(sp.kc + row);
+    uint4 w[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+        const int c = part + ATTN_SCORE_LANES * i;
+        if (8 * c < sp.head_dim) w[i] = k[c];
+    }
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+        const int c = part + ATTN_SCORE_LANES * i;
+        if (8 * c >= sp.head_dim) break;
+        const u32 words[4] = {w[i].x, w[i].y, w[i].z, w[i].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s = fmaf(q[8 * c + 2 * e], half_to_f32((u16)(words[e] & 0xffff)), s);
+            s = fmaf(q[8 * c + 2 * e + 1], half_to_f32((u16)(words[e] >> 16)), s);
+        }
+    }
+    return s;
+}
+
+// One query head of one token attending to positions j0 .. j1 - 1 of its sequence (`sp`), by
+// a block of WARPS warps, in two passes:
+//   1. the scores, ATTN_SCORE_LANES lanes for each position (the query in shared memory),
+//      kept in shared memory with each position's cache row, and their max M;
+//   (between them the block turns the kept scores into exp(s - M) and sums them: L)
+//   2. each weight exp(s - M) / L rounded to f16, times the values: a warp for each position,
+//      its lanes holding DPL consecutive dimensions (DPL * 32 >= head_dim).
+// This is the CPU backend's arithmetic (cpu/attention.rs, after ggml's attention, which
+// multiplies V by the weights as f16): an online softmax that weights values in f32 gives
+// other last bits, and 8-bit activations after attention turn those into visible logit
+// differences. Pass 1 asks L2 for each position's values, which pass 2 then reads. Past
+// KEPT positions, pass 1 keeps a running sum and pass 2 computes the scores again (a warp
+// for each). Warp 0 returns true with M, L and the weighted sum of values `o` (its lane's DPL
+// dimensions, already divided by L); the other warps return false. All threads of the block
+// call it. head_dim must be a multiple of 8.
+template <int DPL, int WARPS = 4, int KEPT = ATTN_KEPT>
+__device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp, float& mx,
+                                            float& total, float (&o)[DPL]) {
+    static_assert(WARPS <= WARP_SIZE, "a warp's lanes reduce the warps' partial results");
+    constexpr int THREADS = WARPS * WARP_SIZE;
+    constexpr int B = ATTN_BATCH(DPL, WARPS);
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     // NOTE: WARPS is a template constant. A version that read it from blockDim, its shared
     // arrays sized for 16 warps, ran 4-warp blocks 9% slower on an H100 (Qwen3-0.6B tg128
     // 700 / 706 against 769 / 764 tok/s).
-    for (u32 j = j0 + warp; j < j1; j += WARPS) {
-        const bool from_rows = knewh != nullptr && j == pos;
-        const size_t base = kv_slot(tables, table, j, block_size) * kv_dim + kv_off + d0;
-        float kv[DPL], vv[DPL];
+    // The kept scores and rows, then (after pass 2) each warp's weighted values: one pool, so
+    // that the wide blocks of 256-value heads stay within 48 KiB of static shared memory.
+    constexpr int POOL = 2 * KEPT > WARPS * DPL * WARP_SIZE ? 2 * KEPT : WARPS * DPL * WARP_SIZE;
+    __shared__ float pool[POOL];
+    __shared__ float q[DPL * WARP_SIZE];
+    __shared__ float s_part[WARPS];
+    float* kept = pool;
+    u32* kept_row = reinterpret_cast<u32*>(pool + KEPT);
+    float* sacc = pool;  // [WARPS][DPL * WARP_SIZE]
+    for (int d = threadIdx.x; d < sp.head_dim; d += THREADS) q[d] = round_f16(qh[d]);
+    __syncthreads();
+
+    // Pass 1, ATTN_SCORE_LANES lanes a position; the first of them keeps its score. The
+    // positions past kept: that lane's running max fm and sum fl of theirs.
+    const u32 n = sp.j1 - sp.j0;
+    const int part = threadIdx.x % ATTN_SCORE_LANES;
+    float m = NEG_INF, fm = NEG_INF, fl = 0.f;
+    for (u32 i0 = 0; i0 < n; i0 += THREADS / ATTN_SCORE_LANES) {
+        // Every lane runs every round (the sums below shuffle across lanes).
+        const u32 i = i0 + threadIdx.x / ATTN_SCORE_LANES, j = sp.j0 + i;
+        const bool live = i < n;
+        const size_t row = live ? sp.row(j) : 0;
+        float s = live ? partial_score<DPL>(sp, q, j, row, part) : 0.f;
 #pragma unroll
-        for (int d = 0; d < DPL; ++d) {
-            if (d < n_mine) {
-                kv[d] = from_rows ? round_f16(knewh[d0 + d]) : half_to_f32(kc[base + d]);
-                vv[d] = from_rows ? round_f16(vnewh[d0 + d]) : half_to_f32(vc[base + d]);
+        for (int o = 1; o < ATTN_SCORE_LANES; o <<= 1) s += __shfl_xor_sync(FULL_MASK, s, o);
+        if (!live) continue;
+        s = sp.capped(s);
+        m = fmaxf(m, s);
+        // Asks L2 for the values pass 2 reads, a 128-byte line per lane.
+        if (part * 64 < sp.head_dim) {
+            const char* v = reinterpret_cast<const char*>(sp.vc + row) + part * 128;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(v));
+        }
+        if (part != 0) continue;
+        if (i < KEPT) {
+            kept[i] = s;
+            kept_row[i] = (u32)(row / 8);  // rows start at multiples of 8 values
+        } else {
+            const float fm_new = fmaxf(fm, s);
+            fl = fl * expf(fm - fm_new) + expf(s - fm_new);
+            fm = fm_new;
+        }
+    }
+    m = warp_max(m);
+    if (lane == 0) s_part[warp] = m;
+    __syncthreads();
+    mx = warp_max(lane < WARPS ? s_part[lane] : NEG_INF);
+    __syncthreads();  // s_part is written again below
+
+    // The kept scores become exp(s - M); L is their sum and the far positions' sums.
+    const u32 n_kept = min(n, (u32)KEPT);
+    float sum = fl > 0.f ? fl * expf(fm - mx) : 0.f;
+    for (u32 i = threadIdx.x; i < n_kept; i += THREADS) {
+        const float e = expf(kept[i] - mx);
+        kept[i] = e;
+        sum += e;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) s_part[warp] = sum;
+    __syncthreads();
+    total = warp_sum(lane < WARPS ? s_part[lane] : 0.f);
+    const float inv = 1.f / total;
+
+    // Pass 2, B of a warp's positions at a time.
+    float acc[DPL], qv[DPL];
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) {
+        acc[d] = 0.f;
+        qv[d] = d < sp.n_mine ? q[sp.d0 + d] : 0.f;
+    }
+    for (u32 ib = warp; ib < n; ib += WARPS * B) {
+        float vv[B][DPL], kv[B][DPL];
+#pragma unroll
+        for (int u = 0; u < B; ++u) {
+            const u32 i = ib + u * WARPS, j = sp.j0 + i;
+            if (i >= n) continue;
+            const size_t row = i < KEPT ? (size_t)kept_row[i] * 8 : sp.row(j);
+            const bool own = sp.own(j);
+            load_lane_row<DPL>(vv[u], sp.vc, row + sp.d0, own ? sp.vnewh : nullptr, sp.d0,
+                               sp.n_mine);
+            if (i >= KEPT) {
+                load_lane_row<DPL>(kv[u], sp.kc, row + sp.d0, own ? sp.knewh : nullptr, sp.d0,
+                                   sp.n_mine);
             }
         }
-        float s = 0.f;
 #pragma unroll
-        for (int d = 0; d < DPL; ++d) {
-            if (d < n_mine) s = fmaf(qv[d], kv[d], s);
+        for (int u = 0; u < B; ++u) {
+            const u32 i = ib + u * WARPS;
+            if (i >= n) continue;
+            float e;
+            if (i < KEPT) {
+                e = kept[i];
+            } else {
+                float s = 0.f;
+#pragma unroll
+                for (int d = 0; d < DPL; ++d) s = fmaf(qv[d], kv[u][d], s);
+                e = expf(sp.capped(warp_sum(s)) - mx);
+            }
+            const float w = round_f16(e * inv);
+#pragma unroll
+            for (int d = 0; d < DPL; ++d) acc[d] = fmaf(w, vv[u][d], acc[d]);
         }
-        s = warp_sum(s) * scale;
-        if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-        const float m_new = fmaxf(m, s);
-        const float corr = expf(m - m_new), p = expf(s - m_new);
-        l = l * corr + p;
-#pragma unroll
-        for (int d = 0; d < DPL; ++d) {
-            if (d < n_mine) acc[d] = acc[d] * corr + p * vv[d];
-        }
-        m = m_new;
     }
-    // NOTE (H100, tg128, Qwen3-0.6B Q8_0 / Llama-3.1-8B Q4_K_M, one call, two rounds): loading
-    // four of a warp's positions at a time (their table entries, then their keys and values)
-    // before the softmax took them one by one was slower: 721 / 720 tok/s against 799 / 779
-    // (8 at a time: 741 / 730), 8B 284-288 against 301-302. In the wide blocks (2026-11-27),
-    // 2 or 4 at a time with each lane's keys and values as one 8-byte load were within the
-    // spread of rounds (BENCHMARKS.md).
-    __shared__ float sm[WARPS], sl[WARPS];
-    __shared__ float sacc[WARPS][DPL * WARP_SIZE];
-    if (lane == 0) {
-        sm[warp] = m;
-        sl[warp] = l;
-    }
+    __syncthreads();  // every warp is done with kept
 #pragma unroll
-    for (int d = 0; d < DPL; ++d) sacc[warp][lane * DPL + d] = acc[d];
+    for (int d = 0; d < DPL; ++d) sacc[(warp * WARP_SIZE + lane) * DPL + d] = acc[d];
     __syncthreads();
     if (warp != 0) return false;
-    mx = NEG_INF;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, sm[w]);
-    total = 0.f;
 #pragma unroll
     for (int d = 0; d < DPL; ++d) o[d] = 0.f;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
-        // A warp that saw no position has m = -inf and l = 0: weight 0.
-        const float c = sl[w] > 0.f ? expf(sm[w] - mx) : 0.f;
-        total += sl[w] * c;
 #pragma unroll
-        for (int d = 0; d < DPL; ++d) o[d] += sacc[w][lane * DPL + d] * c;
+        for (int d = 0; d < DPL; ++d) o[d] += sacc[(w * WARP_SIZE + lane) * DPL + d];
     }
     return true;
 }
@@ -325,16 +465,15 @@ __device__ __forceinline__ void attend_head(const float* qh, const u16* __restri
                                             float2* odsh, const float* knewh,
                                             const float* vnewh) {
     const u32 first = (window > 0 && pos + 1 > (u32)window) ? pos + 1 - window : 0;
-    float mx, total, o[DPL];
-    if (!attend_span<DPL, WARPS>(qh, kc, vc, first, pos + 1, pos, tables, table, kv_off, kv_dim,
-                          head_dim, block_size, scale, softcap, knewh, vnewh, mx, total, o)) {
-        return;
-    }
     const int d0 = (threadIdx.x % WARP_SIZE) * DPL;
     const int n_mine = max(0, min(DPL, head_dim - d0));
+    const AttnSpan sp = {kc,    vc,    tables, table, kv_off, kv_dim, head_dim, block_size,
+                         first, pos + 1, pos,  knewh, vnewh,  d0,     n_mine,   scale,
+                         softcap};
+    float mx, total, o[DPL];
+    if (!attend_span<DPL, WARPS>(qh, sp, mx, total, o)) return;
 #pragma unroll
     for (int d = 0; d < DPL; ++d) {
-        o[d] /= total;
         if (d < n_mine) outh[d0 + d] = o[d];
     }
     if (oqh != nullptr) quantize_lane_values_q8_1<DPL>(o, oqh + d0, odsh + d0 / 32, n_mine > 0);

@@ -358,14 +358,16 @@ fn one_kernel_decode_matches_the_layers_op_by_op() {
         );
         // NOTE: the same arithmetic as the op-by-op kernels but for the order of the f64 sums
         // of squares in the norms (a different f32 mean only at a rounding midpoint) and, past
-        // one chunk of positions, the order in which attention's softmax is merged. The int8
-        // activations turn such last-bit differences into steps of a quantum now and then.
+        // one chunk of positions, attention's softmax: each chunk rounds its weights to f16
+        // against its own max and sum (the op-by-op kernel against the whole span's, as the
+        // CPU does). The int8 activations turn such differences into steps of a quantum now
+        // and then: 2.8e-2 on an H100, within the bound against the CPU below.
         assert!(
             worst_short <= 1e-6,
             "case {ci}: one kernel vs op by op {worst_short:e} within one chunk"
         );
         assert!(
-            worst_ops <= 1e-2,
+            worst_ops <= 5e-2,
             "case {ci}: one kernel vs op by op {worst_ops:e}"
         );
         // The CPU quantizes activations the same way but sums in another order, and rounding

@@ -36,6 +36,12 @@ impl CudaBackend {
             let longest = batch.seqs.iter().map(|s| s.n_tokens).max().unwrap_or(0);
             longest >= FLASH_MIN_QUERIES
         });
+        // The kernels read a key's values 8 at a time (16 bytes).
+        if !hd.is_multiple_of(8) {
+            return Err(BackendError::Unsupported(format!(
+                "CUDA attention needs a head size that is a multiple of 8, not {hd}"
+            )));
+        }
         // The kernel whose per-lane share covers the head (lanes past head_dim sit idle), in
         // blocks of 4 or ATTN_WIDE_WARPS warps.
         let wide = self.wide_attention(n);
@@ -215,8 +221,7 @@ impl CudaBackend {
 }
 
 /// Queries of one sequence from which a step takes the flash-attention prompt kernel
-/// (kernels/flash_prefill.cu): it rounds the softmax weights to f16, so decode steps (and
-/// short verification runs) keep the exact kernel.
+/// (kernels/flash_prefill.cu); fewer go to the kernel that reads each key once per query.
 const FLASH_MIN_QUERIES: usize = 16;
 /// Batches of at most this many tokens get attention blocks of ATTN_WIDE_WARPS warps rather
 /// than 4 (`wide_attention`); the kernels' ATTN_WIDE_WARPS must be the same (a test in
