@@ -110,6 +110,28 @@ __device__ __forceinline__ void tile_scores(float (&s)[BK / 8][4], const u32 (&q
     }
 }
 
+// The tile of keys from kb into ks (and their values into vs when it is not null), then the
+// warp's scores of it (tile_scores); false, with no scores, for a warp that sits the tile out:
+// past the query tile, or with all its queries before these keys. Every thread calls it.
+template <int HD, int BK, int STRIDE>
+__device__ __forceinline__ bool next_tile_scores(float (&s)[BK / 8][4],
+                                                 const u32 (&qf)[HD / 16][4], u16* ks, u16* vs,
+                                                 const u16* __restrict__ kc,
+                                                 const u16* __restrict__ vc, u32 kb, u32 p_last,
+                                                 const u32* tables, u32 table, int block_size,
+                                                 int kv_dim, int kv_off, bool warp_live,
+                                                 u32 warp_last_pos, const u32 (&pos_r)[2],
+                                                 const bool (&row_ok)[2], int window,
+                                                 float scale, float softcap) {
+    __syncthreads();  // the last tile has been read
+    load_kv_tile<HD, BK, STRIDE>(ks, vs, kc, vc, kb, p_last, tables, table, block_size, kv_dim,
+                                 kv_off);
+    __syncthreads();
+    if (!warp_live || kb > warp_last_pos) return false;
+    tile_scores<HD, BK, STRIDE>(s, qf, ks, kb, pos_r, row_ok, window, scale, softcap);
+    return true;
+}
+
 template <int HD, int BK>
 __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict__ kc,
                               const u16* __restrict__ vc, float* __restrict__ out,
@@ -161,14 +183,13 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     // Pass 1: each row's max score m and softmax sum l, online over the key tiles.
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
     for (u32 kb = k_first; kb <= p_last; kb += BK) {
-        __syncthreads();  // the last tile has been read
-        load_kv_tile<HD, BK, STRIDE>(ks, nullptr, kc, vc, kb, p_last, tables, table, block_size,
-                                     kv_dim, kv_off);
-        __syncthreads();
-        // Warps past the tile, or whose queries all come before these keys, sit this one out.
-        if (!warp_live || kb > warp_last_pos) continue;
         float s[BK / 8][4];
-        tile_scores<HD, BK, STRIDE>(s, qf, ks, kb, pos_r, row_ok, window, scale, softcap);
+        if (!next_tile_scores<HD, BK, STRIDE>(s, qf, ks, nullptr, kc, vc, kb, p_last, tables,
+                                              table, block_size, kv_dim, kv_off, warp_live,
+                                              warp_last_pos, pos_r, row_ok, window, scale,
+                                              softcap)) {
+            continue;
+        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             float mx = NEG_INF;
@@ -200,13 +221,13 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     for (u32 kb = k_first; kb <= p_last; kb += BK) {
-        __syncthreads();
-        load_kv_tile<HD, BK, STRIDE>(ks, vs, kc, vc, kb, p_last, tables, table, block_size,
-                                     kv_dim, kv_off);
-        __syncthreads();
-        if (!warp_live || kb > warp_last_pos) continue;
         float s[BK / 8][4];
-        tile_scores<HD, BK, STRIDE>(s, qf, ks, kb, pos_r, row_ok, window, scale, softcap);
+        if (!next_tile_scores<HD, BK, STRIDE>(s, qf, ks, vs, kc, vc, kb, p_last, tables, table,
+                                              block_size, kv_dim, kv_off, warp_live,
+                                              warp_last_pos, pos_r, row_ok, window, scale,
+                                              softcap)) {
+            continue;
+        }
         // The s accumulators of key tiles 2k and 2k + 1, as weights, are the A fragment of
         // keys 16k .. 16k + 15 (f16: the rounding the CPU applies).
 #pragma unroll
