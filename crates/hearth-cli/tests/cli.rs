@@ -389,4 +389,35 @@ fn bench_json_has_every_field() {
     }
     assert!(v["pp_tok_s"]["mean"].as_f64().unwrap_or(0.0) > 0.0);
     assert_eq!(v["threads"], 2);
+    assert_eq!(v["depth"], 0);
+}
+
+/// `-d`: both tests run after that much context, for one sequence and for several, and are
+/// labelled as llama-bench labels them.
+#[test]
+fn bench_runs_after_the_context_asked_for() {
+    let out = hearth(&[
+        "bench",
+        s(&smollm2()),
+        "-p",
+        "8",
+        "-n",
+        "3",
+        "-r",
+        "1",
+        "-t",
+        "2",
+        "-d",
+        "40",
+        "--parallel",
+        "2",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("pp8 @ d40 "), "{text}");
+    assert!(text.contains("tg3x2 @ d40 "), "{text}");
 }
