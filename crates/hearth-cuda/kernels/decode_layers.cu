@@ -205,9 +205,9 @@ __device__ __forceinline__ void block_norm_rope_head(const float* row, const flo
 #define DL_KEPT 256
 
 // Chunk c of n_chunks of a head's attention (attend_span over j0 .. j1 - 1). Each chunk's
-// max, sum and weighted values (divided by its sum) go to its slot of `parts` (head_dim + 2 floats each); the last
-// chunk of the head to arrive (the `done` count) merges them all and writes the head's output
-// to outh and its 8-bit copy to oqh / odsh. A head in one chunk is written at once, with
+// max, sum and weighted values (divided by its sum) go to its slot of `parts` (head_dim + 2
+// floats each); the last chunk of the head to arrive (the `done` count) merges them all and
+// writes the head's output to outh and its 8-bit copy to oqh / odsh. A head in one chunk is written at once, with
 // attend_head's arithmetic.
 template <int DPL>
 __device__ __forceinline__ void attend_chunk(const float* head_q, const u16* kc, const u16* vc,

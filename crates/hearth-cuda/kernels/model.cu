@@ -339,7 +339,7 @@ __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp,
     constexpr int POOL = 2 * KEPT > WARPS * DPL * WARP_SIZE ? 2 * KEPT : WARPS * DPL * WARP_SIZE;
     __shared__ float pool[POOL];
     __shared__ float q[DPL * WARP_SIZE];
-    __shared__ float s_part[WARPS];
+    __shared__ float s_max[WARPS], s_sum[WARPS];
     float* kept = pool;
     u32* kept_row = reinterpret_cast<u32*>(pool + KEPT);
     float* sacc = pool;  // [WARPS][DPL * WARP_SIZE]
@@ -378,10 +378,9 @@ __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp,
         }
     }
     m = warp_max(m);
-    if (lane == 0) s_part[warp] = m;
+    if (lane == 0) s_max[warp] = m;
     __syncthreads();
-    mx = warp_max(lane < WARPS ? s_part[lane] : NEG_INF);
-    __syncthreads();  // s_part is written again below
+    mx = warp_max(lane < WARPS ? s_max[lane] : NEG_INF);
 
     // The kept scores become exp(s - M); L is their sum and the far positions' sums.
     const u32 n_kept = min(n, (u32)KEPT);
@@ -392,9 +391,9 @@ __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp,
         sum += e;
     }
     sum = warp_sum(sum);
-    if (lane == 0) s_part[warp] = sum;
+    if (lane == 0) s_sum[warp] = sum;
     __syncthreads();
-    total = warp_sum(lane < WARPS ? s_part[lane] : 0.f);
+    total = warp_sum(lane < WARPS ? s_sum[lane] : 0.f);
     const float inv = 1.f / total;
 
     // Pass 2, B of a warp's positions at a time.
