@@ -6,13 +6,14 @@
 #   wheels/            the gguf Python package (and PyYAML, which it imports) for synth_gguf.py
 #   hearth             hearth's release binary, built with the CUDA backend
 # Phases (each timed, each logging to $OUT/<phase>.log, each skipped with SKIP_<PHASE>=1):
-#   build models llama hearth bandwidth memory, then $OUT/summary.txt.
+#   build models llama hearth depth bandwidth memory, then $OUT/summary.txt.
 # Settings (environment):
 #   MODELS       synth_gguf.py presets                 (default: qwen3-0.6b)
 #   QUANTS       llama-quantize types made from F16    (default: Q8_0 Q4_K_M)
 #   BENCH_TYPES  which files are benchmarked           (default: the QUANTS)
 #   REPS         llama-bench / hearth repetitions      (default: 5)
 #   NPL          parallel sequences, batched test      (default: 64)
+#   DEPTHS       contexts before tg128, depth phase    (default: 2048 8192; llama-bench -d)
 #   HEARTH       hearth binary                         (default: .device-bin/hearth)
 #   WORK         scratch folder (llama.cpp build, model files; default: a new temporary folder)
 # Exit status: non-zero if any phase that ran failed.
@@ -32,6 +33,7 @@ QUANTS=${QUANTS:-Q8_0 Q4_K_M}
 BENCH_TYPES=${BENCH_TYPES:-$QUANTS}
 REPS=${REPS:-5}
 NPL=${NPL:-64}
+DEPTHS=${DEPTHS:-2048 8192}
 HEARTH=${HEARTH:-$bin/hearth}
 llama_src=$work/llama.cpp
 llama_bin=$llama_src/build/bin
@@ -194,6 +196,25 @@ phase_hearth() {
   return "$status"
 }
 
+# tg128 after DEPTHS tokens of context (run untimed first), both engines: llama-bench -d.
+phase_depth() {
+  local name f d status=0
+  for name in $(bench_models); do
+    f=$models_dir/$name.gguf
+    echo "== llama-bench $name, depths $DEPTHS"
+    "$llama_bin/llama-bench" -m "$f" -ngl 99 -fa 1 -r "$REPS" -p 0 -n 128 -d "${DEPTHS// /,}" \
+      -o json -oe md >"$out/depth-llama-$name.json" 2>"$out/depth-llama-$name.md" || status=1
+    cat "$out/depth-llama-$name.md"
+    for d in $DEPTHS; do
+      echo "== hearth $name, depth $d"
+      "$HEARTH" bench "$f" --device cuda -p 0 -n 128 -d "$d" -r "$REPS" --json \
+        >"$out/depth-hearth-$name-d$d.json" || status=1
+      cat "$out/depth-hearth-$name-d$d.json"
+    done
+  done
+  return "$status"
+}
+
 phase_bandwidth() {
   python3 - "$out/bandwidth.json" <<'EOF'
 import json, sys
@@ -270,7 +291,7 @@ phase_memory() {
 }
 
 status=0
-for p in build models llama hearth bandwidth memory; do
+for p in build models llama hearth depth bandwidth memory; do
   skip_var=SKIP_${p^^}
   if [ "${!skip_var:-0}" = 1 ]; then
     echo "== $p: skipped ($skip_var=1)"

@@ -3,7 +3,8 @@
 # effect is measured within one call. TESTS picks the steps (default "pp32 par64"):
 #   pp32       a 32-token prompt
 #   pp512      a 512-token prompt (llama-bench's pp512)
-#   tg-d2k     tg128 after 2,048 tokens of context (llama-bench -d 2048)
+#   tg-d512, tg-d2k, tg-d8k, tg-d32k
+#              tg128 after 512, 2,048, 8,192 or 32,768 tokens of context (llama-bench -d)
 #   par64      64 sequences decoding together, their logits brought back
 #   tg         one sequence decoding 128 tokens, its logits brought back (llama-bench's tg128)
 #   tg-greedy  the same with the argmax on the GPU
@@ -61,7 +62,10 @@ for round in $(seq "$ROUNDS"); do
         case $t in
           pp32) echo "  32-token prompt: $(run "$b" "$m" -p 32 -n 0 -r 10)" ;;
           pp512) echo "  pp512:           $(run "$b" "$m" -p 512 -n 0 -r 5)" ;;
+          tg-d512) echo "  tg128 @ d512:    $(run "$b" "$m" -p 0 -n 128 -r 3 -d 512)" ;;
           tg-d2k) echo "  tg128 @ d2048:   $(run "$b" "$m" -p 0 -n 128 -r 3 -d 2048)" ;;
+          tg-d8k) echo "  tg128 @ d8192:   $(run "$b" "$m" -p 0 -n 128 -r 3 -d 8192)" ;;
+          tg-d32k) echo "  tg128 @ d32768:  $(run "$b" "$m" -p 0 -n 128 -r 2 -d 32768)" ;;
           par64) echo "  64 streams:      $(run "$b" "$m" -p 128 -n 128 -r 1 --parallel 64)" ;;
           tg) echo "  tg128:           $(run "$b" "$m" -p 0 -n 128 -r 5)" ;;
           tg-greedy) echo "  tg128 greedy:    $(run "$b" "$m" -p 0 -n 128 -r 5 --greedy)" ;;

@@ -9,7 +9,9 @@
 # between wall time and the kernels' sum (host work, launches, copies) shows.
 # Carried in .device-bin/: hearth, synth_gguf.py, wheels/ (gguf, PyYAML).
 # Settings: MODELS (default qwen3-0.6b), QUANTS (default Q8_0), NPL (default 64), RUNS (default
-# "pp tg par"; also pp32, one 32-token prompt step).
+# "pp tg par"; also pp32, one 32-token prompt step, and tg-d2k / tg-d8k / tg-d32k, decode steps
+# after 2,048 / 8,192 / 32,768 tokens of context), KERNELS (a regular expression: profile only
+# the kernels whose names match, the others run at full speed; default: all).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 bin=$PWD/.device-bin
@@ -52,12 +54,17 @@ for preset in $MODELS; do
         pp) args=(-p 512 -n 0 -r 1) ;;
         pp32) args=(-p 32 -n 0 -r 1) ;;
         tg) args=(-p 0 -n 16 -r 1) ;;
+        tg-d2k) args=(-p 0 -n 16 -r 1 -d 2048) ;;
+        tg-d8k) args=(-p 0 -n 16 -r 1 -d 8192) ;;
+        tg-d32k) args=(-p 0 -n 16 -r 1 -d 32768) ;;
         par) args=(-p 0 -n 8 -r 1 --parallel "$NPL") ;;
       esac
       tag=$preset-$q-$run
       echo "== $tag: hearth bench ${args[*]} (no profiler)"
       "$bin/hearth" bench "$m" --device cuda "${args[@]}" 2>&1 | tail -3
-      "$ncu" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+      filter=()
+      [ -n "${KERNELS:-}" ] && filter=(-k "regex:$KERNELS")
+      "$ncu" --clock-control none "${filter[@]}" --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
         "$bin/hearth" bench "$m" --device cuda "${args[@]}" >"$out/ncu-$tag.csv" 2>"$out/ncu-$tag.err" ||
         { status=1; tail -3 "$out/ncu-$tag.err"; }
       python3 scripts/device/summarize_ncu.py "$out/ncu-$tag.csv" | tee "$out/kernels-$tag.txt"

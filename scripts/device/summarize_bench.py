@@ -76,6 +76,22 @@ def hearth_parallel(out, name, suffix=""):
     return r.get("tg_parallel"), (r.get("tg_tok_s") or {}).get("mean")
 
 
+def depth_rows(out, name):
+    """[(depth, llama.cpp tg128, hearth tg128)] from the depth phase's files."""
+    llama = {}
+    tests = load_json(out / f"depth-llama-{name}.json") or []
+    for t in tests if isinstance(tests, list) else []:
+        if t.get("n_gen", 0) > 0 and t.get("n_prompt", 0) == 0:
+            llama[t.get("n_depth", 0)] = t.get("avg_ts")
+    rows = {}
+    for p in out.glob(f"depth-hearth-{name}-d*.json"):
+        r = load_json(p)
+        if isinstance(r, dict):
+            rows[r.get("depth", 0)] = (r.get("tg_tok_s") or {}).get("mean")
+    depths = sorted(set(llama) | set(rows))
+    return [(d, llama.get(d), rows.get(d)) for d in depths]
+
+
 def fmt(x, spec=".1f"):
     return "-" if x is None else format(x, spec)
 
@@ -134,6 +150,8 @@ def main(out):
                     f" | tg128 {fmt(ltg)} / {fmt(gtg)} ({ratio(gtg, ltg)})"
                     f" | tg128 x{npl if npl else '-'} {fmt(lpar)} / {fmt(gpar)} ({ratio(gpar, lpar)})"
                 )
+        for depth, ltg, htg in depth_rows(out, name):
+            print(f"{name}: tg128 @ d{depth} {fmt(ltg)} / {fmt(htg)} ({ratio(htg, ltg)})")
     phases = out / "phases.tsv"
     if phases.exists():
         rows = [line.split("\t") for line in phases.read_text().splitlines() if line.strip()]
