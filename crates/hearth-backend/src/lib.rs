@@ -80,6 +80,14 @@ pub trait Backend: Send + Sync {
         let _ = key;
     }
 
+    /// Whether a decode step whose longest sequence holds `context` positions runs other
+    /// kernels than a step over shorter sequences (the CUDA backend splits long attention
+    /// spans across blocks). Steps on either side get different replay keys.
+    fn long_context_step(&self, context: usize) -> bool {
+        let _ = context;
+        false
+    }
+
     /// Prepare a weight for this device. The CPU backend keeps a reference to the host bytes
     /// (no copy); a GPU backend uploads them.
     fn load_weight(&self, weight: HostWeight) -> Result<Self::Weight, BackendError>;

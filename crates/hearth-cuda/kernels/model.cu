@@ -309,48 +309,32 @@ __device__ __forceinline__ float partial_score(const AttnSpan& sp, const float* 
     return s;
 }
 
-// One query head of one token attending to positions j0 .. j1 - 1 of its sequence (`sp`), by
-// a block of WARPS warps, in two passes:
-//   1. the scores, ATTN_SCORE_LANES lanes for each position (the query in shared memory),
-//      kept in shared memory with each position's cache row, and their max M;
-//   (between them the block turns the kept scores into exp(s - M) and sums them: L)
-//   2. each weight exp(s - M) / L rounded to f16, times the values: a warp for each position,
-//      its lanes holding DPL consecutive dimensions (DPL * 32 >= head_dim).
-// This is the CPU backend's arithmetic (cpu/attention.rs, after ggml's attention, which
-// multiplies V by the weights as f16): an online softmax that weights values in f32 gives
-// other last bits, and 8-bit activations after attention turn those into visible logit
-// differences. Pass 1 asks L2 for each position's values, which pass 2 then reads. Past
-// KEPT positions, pass 1 keeps a running sum and pass 2 computes the scores again (a warp
-// for each). Warp 0 returns true with M, L and the weighted sum of values `o` (its lane's DPL
-// dimensions, already divided by L); the other warps return false. All threads of the block
-// call it. head_dim must be a multiple of 8.
-template <int DPL, int WARPS = 4, int KEPT = ATTN_KEPT>
-__device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp, float& mx,
-                                            float& total, float (&o)[DPL]) {
-    static_assert(WARPS <= WARP_SIZE, "a warp's lanes reduce the warps' partial results");
-    constexpr int THREADS = WARPS * WARP_SIZE;
-    constexpr int B = ATTN_BATCH(DPL, WARPS);
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    // NOTE: WARPS is a template constant. A version that read it from blockDim, its shared
-    // arrays sized for 16 warps, ran 4-warp blocks 9% slower on an H100 (Qwen3-0.6B tg128
-    // 700 / 706 against 769 / 764 tok/s).
-    // The kept scores and rows, then (after pass 2) each warp's weighted values: one pool, so
-    // that the wide blocks of 256-value heads stay within 48 KiB of static shared memory.
-    constexpr int POOL = 2 * KEPT > WARPS * DPL * WARP_SIZE ? 2 * KEPT : WARPS * DPL * WARP_SIZE;
-    __shared__ float pool[POOL];
-    __shared__ float q[DPL * WARP_SIZE];
-    __shared__ float s_max[WARPS], s_sum[WARPS];
-    float* kept = pool;
-    u32* kept_row = reinterpret_cast<u32*>(pool + KEPT);
-    float* sacc = pool;  // [WARPS][DPL * WARP_SIZE]
-    for (int d = threadIdx.x; d < sp.head_dim; d += THREADS) q[d] = round_f16(qh[d]);
-    __syncthreads();
+// Values of one layer's span (f16, every KV head) that pass 1 asks L2 for, ahead of pass 2.
+// Longer spans stream their keys and values past L2 before pass 2 gets there: prefetched
+// values were then read twice from memory (Qwen3-0.6B, 32,768 positions).
+#define ATTN_PREFETCH_BYTES (16u << 20)
 
-    // Pass 1, ATTN_SCORE_LANES lanes a position; the first of them keeps its score. The
-    // positions past kept: that lane's running max fm and sum fl of theirs.
+__device__ __forceinline__ bool values_fit_in_l2(u32 span, int kv_dim) {
+    return (size_t)span * kv_dim * 2 <= ATTN_PREFETCH_BYTES;
+}
+
+// Pass 1 of attend_span over positions i = 0 .. n - 1 of `sp` (j = sp.j0 + i),
+// ATTN_SCORE_LANES lanes a position: the scores of the first n_keep go to kept[i] with their
+// cache rows / 8 to kept_row[i] (shared or global memory), the rest into this thread's running
+// max fm and sum fl. Returns the block's largest score (to every thread). q: the query rounded
+// to f16, in shared memory. prefetch_v: ask L2 for each position's values (see
+// values_fit_in_l2).
+template <int DPL, int WARPS>
+__device__ __forceinline__ float span_scores(const AttnSpan& sp, const float* q, float* kept,
+                                             u32* kept_row, u32 n_keep, bool prefetch_v,
+                                             float& fm, float& fl, float* s_max) {
+    constexpr int THREADS = WARPS * WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const u32 n = sp.j1 - sp.j0;
     const int part = threadIdx.x % ATTN_SCORE_LANES;
-    float m = NEG_INF, fm = NEG_INF, fl = 0.f;
+    float m = NEG_INF;
+    fm = NEG_INF;
+    fl = 0.f;
     for (u32 i0 = 0; i0 < n; i0 += THREADS / ATTN_SCORE_LANES) {
         // Every lane runs every round (the sums below shuffle across lanes).
         const u32 i = i0 + threadIdx.x / ATTN_SCORE_LANES, j = sp.j0 + i;
@@ -363,12 +347,12 @@ __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp,
         s = sp.capped(s);
         m = fmaxf(m, s);
         // Asks L2 for the values pass 2 reads, a 128-byte line per lane.
-        if (part * 64 < sp.head_dim) {
+        if (prefetch_v && part * 64 < sp.head_dim) {
             const char* v = reinterpret_cast<const char*>(sp.vc + row) + part * 128;
             asm volatile("prefetch.global.L2 [%0];" ::"l"(v));
         }
         if (part != 0) continue;
-        if (i < KEPT) {
+        if (i < n_keep) {
             kept[i] = s;
             kept_row[i] = (u32)(row / 8);  // rows start at multiples of 8 values
         } else {
@@ -380,24 +364,39 @@ __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp,
     m = warp_max(m);
     if (lane == 0) s_max[warp] = m;
     __syncthreads();
-    mx = warp_max(lane < WARPS ? s_max[lane] : NEG_INF);
+    return warp_max(lane < WARPS ? s_max[lane] : NEG_INF);
+}
 
-    // The kept scores become exp(s - M); L is their sum and the far positions' sums.
-    const u32 n_kept = min(n, (u32)KEPT);
+// The sum of exp(s - mx) over a span: its n_kept kept scores and every thread's far positions
+// (fm, fl from span_scores), to every thread. With STORE the kept scores become exp(s - mx).
+template <int WARPS, bool STORE>
+__device__ __forceinline__ float span_exp_sum(float* kept, u32 n_kept, float mx, float fm,
+                                              float fl, float* s_sum) {
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     float sum = fl > 0.f ? fl * expf(fm - mx) : 0.f;
-    for (u32 i = threadIdx.x; i < n_kept; i += THREADS) {
+    for (u32 i = threadIdx.x; i < n_kept; i += WARPS * WARP_SIZE) {
         const float e = expf(kept[i] - mx);
-        kept[i] = e;
+        if (STORE) kept[i] = e;
         sum += e;
     }
     sum = warp_sum(sum);
     if (lane == 0) s_sum[warp] = sum;
     __syncthreads();
-    total = warp_sum(lane < WARPS ? s_sum[lane] : 0.f);
-    const float inv = 1.f / total;
+    return warp_sum(lane < WARPS ? s_sum[lane] : 0.f);
+}
 
-    // Pass 2, B of a warp's positions at a time.
-    float acc[DPL], qv[DPL];
+// Pass 2 of attend_span: this warp's share of the sum over the span of
+// f16(exp(s - mx) * inv) times the values, into acc (the lane's DPL dimensions). kept: exp(s -
+// mx) of the first KEPT positions (kept_row: their rows / 8); past KEPT the score is computed
+// again. B of a warp's positions at a time.
+template <int DPL, int WARPS, int KEPT>
+__device__ __forceinline__ void span_values(const AttnSpan& sp, const float* q,
+                                            const float* kept, const u32* kept_row, float mx,
+                                            float inv, float (&acc)[DPL]) {
+    constexpr int B = ATTN_BATCH(DPL, WARPS);
+    const int warp = threadIdx.x / WARP_SIZE;
+    const u32 n = sp.j1 - sp.j0;
+    float qv[DPL];
 #pragma unroll
     for (int d = 0; d < DPL; ++d) {
         acc[d] = 0.f;
@@ -436,7 +435,16 @@ __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp,
             for (int d = 0; d < DPL; ++d) acc[d] = fmaf(w, vv[u][d], acc[d]);
         }
     }
-    __syncthreads();  // every warp is done with kept
+}
+
+// The block's sum of its warps' acc (warp order), in warp 0's lanes `o`: true there, false on
+// the other warps. sacc: WARPS * DPL * WARP_SIZE floats of shared memory that no thread still
+// reads. All threads of the block call it.
+template <int DPL, int WARPS>
+__device__ __forceinline__ bool block_sum_values(const float (&acc)[DPL], float* sacc,
+                                                 float (&o)[DPL]) {
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    __syncthreads();
 #pragma unroll
     for (int d = 0; d < DPL; ++d) sacc[(warp * WARP_SIZE + lane) * DPL + d] = acc[d];
     __syncthreads();
@@ -451,70 +459,181 @@ __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp,
     return true;
 }
 
-// Causal attention of one query head of one token over its sequence (attend_span over
-// positions max(0, pos - window + 1) ..= pos), written to outh, and its 8-bit copy for the o
-// projection's int8 GEMV to oqh / odsh when they are not null (head_dim is then a multiple of
-// 32, so every 32-value group lies within the head).
-template <int DPL, int WARPS>
-__device__ __forceinline__ void attend_head(const float* qh, const u16* __restrict__ kc,
-                                            const u16* __restrict__ vc, float* outh, u32 pos,
-                                            const u32* tables, u32 table, int kv_off,
-                                            int kv_dim, int head_dim, int block_size,
-                                            float scale, int window, float softcap, i8* oqh,
-                                            float2* odsh, const float* knewh,
-                                            const float* vnewh) {
-    const u32 first = (window > 0 && pos + 1 > (u32)window) ? pos + 1 - window : 0;
-    const int d0 = (threadIdx.x % WARP_SIZE) * DPL;
-    const int n_mine = max(0, min(DPL, head_dim - d0));
-    const AttnSpan sp = {kc,    vc,    tables, table, kv_off, kv_dim, head_dim, block_size,
-                         first, pos + 1, pos,  knewh, vnewh,  d0,     n_mine,   scale,
-                         softcap};
-    float mx, total, o[DPL];
-    if (!attend_span<DPL, WARPS>(qh, sp, mx, total, o)) return;
-#pragma unroll
-    for (int d = 0; d < DPL; ++d) {
-        if (d < n_mine) outh[d0 + d] = o[d];
-    }
-    if (oqh != nullptr) quantize_lane_values_q8_1<DPL>(o, oqh + d0, odsh + d0 / 32, n_mine > 0);
+// One query head of one token attending to positions j0 .. j1 - 1 of its sequence (`sp`), by
+// a block of WARPS warps, in two passes:
+//   1. the scores, ATTN_SCORE_LANES lanes for each position (the query in shared memory),
+//      kept in shared memory with each position's cache row, and their max M;
+//   (between them the block turns the kept scores into exp(s - M) and sums them: L)
+//   2. each weight exp(s - M) / L rounded to f16, times the values: a warp for each position,
+//      its lanes holding DPL consecutive dimensions (DPL * 32 >= head_dim).
+// This is the CPU backend's arithmetic (cpu/attention.rs, after ggml's attention, which
+// multiplies V by the weights as f16): an online softmax that weights values in f32 gives
+// other last bits, and 8-bit activations after attention turn those into visible logit
+// differences. Pass 1 asks L2 for each position's values, which pass 2 then reads. Past
+// KEPT positions, pass 1 keeps a running sum and pass 2 computes the scores again (a warp
+// for each). Warp 0 returns true with M, L and the weighted sum of values `o` (its lane's DPL
+// dimensions, already divided by L); the other warps return false. All threads of the block
+// call it. head_dim must be a multiple of 8.
+template <int DPL, int WARPS = 4, int KEPT = ATTN_KEPT>
+__device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp, float& mx,
+                                            float& total, float (&o)[DPL]) {
+    static_assert(WARPS <= WARP_SIZE, "a warp's lanes reduce the warps' partial results");
+    // NOTE: WARPS is a template constant. A version that read it from blockDim, its shared
+    // arrays sized for 16 warps, ran 4-warp blocks 9% slower on an H100 (Qwen3-0.6B tg128
+    // 700 / 706 against 769 / 764 tok/s).
+    // The kept scores and rows, then (after pass 2) each warp's weighted values: one pool, so
+    // that the wide blocks of 256-value heads stay within 48 KiB of static shared memory.
+    constexpr int POOL = 2 * KEPT > WARPS * DPL * WARP_SIZE ? 2 * KEPT : WARPS * DPL * WARP_SIZE;
+    __shared__ float pool[POOL];
+    __shared__ float q[DPL * WARP_SIZE];
+    __shared__ float s_max[WARPS], s_sum[WARPS];
+    float* kept = pool;
+    u32* kept_row = reinterpret_cast<u32*>(pool + KEPT);
+    for (int d = threadIdx.x; d < sp.head_dim; d += WARPS * WARP_SIZE) q[d] = round_f16(qh[d]);
+    __syncthreads();
+    float fm, fl;
+    mx = span_scores<DPL, WARPS>(sp, q, kept, kept_row, KEPT,
+                                 values_fit_in_l2(sp.j1 - sp.j0, sp.kv_dim), fm, fl, s_max);
+    total = span_exp_sum<WARPS, true>(kept, min(sp.j1 - sp.j0, (u32)KEPT), mx, fm, fl, s_sum);
+    float acc[DPL];
+    span_values<DPL, WARPS, KEPT>(sp, q, kept, kept_row, mx, 1.f / total, acc);
+    return block_sum_values<DPL, WARPS>(acc, pool, o);
 }
 
-// attend_head for the (head blockIdx.x, token blockIdx.y) pair of a batch (layout above).
-// With knew / vnew, the first query head of each KV head also writes the token's key and
-// value to the cache: no kv_write launch.
-template <int DPL, int WARPS>
-__device__ void attend(const float* __restrict__ q, u16* __restrict__ kc,
-                       u16* __restrict__ vc, float* __restrict__ out, const u32* tok_seq,
-                       const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads,
-                       int n_kv_heads, int head_dim, int block_size, float scale, int window,
-                       float softcap, i8* oq, float2* ods, const float* __restrict__ knew,
-                       const float* __restrict__ vnew) {
-    await_previous_kernels();
-    if (WARPS > 4) let_dependents_launch();  // the few-token steps
-    const int t = blockIdx.y, h = blockIdx.x;
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const int kv_dim = n_kv_heads * head_dim;
-    const int kv_head = h / (n_heads / n_kv_heads);
-    const u32 pos = tok_pos[t];
-    const u32 table = seq_table[tok_seq[t]];
-    const int d0 = lane * DPL;
-    const int n_mine = max(0, min(DPL, head_dim - d0));
-    const size_t own = (size_t)t * kv_dim + kv_head * head_dim;
-    if (knew != nullptr && h % (n_heads / n_kv_heads) == 0 && warp == 0) {
-        const size_t slot = kv_slot(tables, table, pos, block_size) * kv_dim + kv_head * head_dim + d0;
+// The arguments of a decode-attention launch (attention_hd*, attention_split_*): queries
+// [n_tokens, n_heads * head_dim], the layer's caches, the output rows (q's shape), the batch
+// (token -> sequence, token -> position, sequence -> offset of its block table, the tables),
+// the heads, scale, sliding window (0: none) and softcap (0: none); the output's 8-bit copy
+// for the o projection's int8 GEMV (oq / ods, null: none; head_dim is then a multiple of 32,
+// so every 32-value group lies within a head); and with knew / vnew ([n_tokens, kv_dim]) a
+// decode step's new keys and values, which the kernel writes into the cache itself.
+struct AttnArgs {
+    const float* q;
+    u16* kc;
+    u16* vc;
+    float* out;
+    const u32* tok_seq;
+    const u32* tok_pos;
+    const u32* seq_table;
+    const u32* tables;
+    int n_heads, n_kv_heads, head_dim, block_size;
+    float scale;
+    int window;
+    float softcap;
+    i8* oq;
+    float2* ods;
+    const float* knew;
+    const float* vnew;
+};
+
+#define ATTN_PARAMS                                                                         \
+    const float *q, u16 *kc, u16 *vc, float *out, const u32 *tok_seq, const u32 *tok_pos,   \
+        const u32 *seq_table, const u32 *tables, int n_heads, int n_kv_heads, int head_dim, \
+        int block_size, float scale, int window, float softcap, i8 *oq, float2 *ods,        \
+        const float *knew, const float *vnew
+#define ATTN_ARGS                                                                          \
+    AttnArgs {                                                                             \
+        q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads, head_dim, \
+            block_size, scale, window, softcap, oq, ods, knew, vnew                         \
+    }
+
+// Head h of token t of a launch: the token's position and block-table offset, its KV head,
+// and where its rows start: `own` in knew / vnew, `at` in q / out.
+struct TokenHead {
+    u32 pos, table;
+    int kv_head;
+    size_t own, at;
+};
+
+__device__ __forceinline__ TokenHead token_head(const AttnArgs& a, int t, int h) {
+    const int kv_head = h / (a.n_heads / a.n_kv_heads);
+    return {a.tok_pos[t], a.seq_table[a.tok_seq[t]], kv_head,
+            (size_t)t * a.n_kv_heads * a.head_dim + (size_t)kv_head * a.head_dim,
+            ((size_t)t * a.n_heads + h) * a.head_dim};
+}
+
+// The first position a token at `pos` sees (a sliding window of `window` positions; 0: all).
+__device__ __forceinline__ u32 window_start(u32 pos, int window) {
+    return (window > 0 && pos + 1 > (u32)window) ? pos + 1 - window : 0;
+}
+
+// With knew / vnew, the first query head of each KV head writes the token's key and value to
+// the cache (warp 0): no kv_write launch. No block reads that slot in the same launch
+// (AttnSpan's knewh / vnewh).
+template <int DPL>
+__device__ __forceinline__ void write_token_kv(const AttnArgs& a, const TokenHead& th, int h) {
+    if (a.knew == nullptr || h % (a.n_heads / a.n_kv_heads) != 0 || threadIdx.x >= WARP_SIZE) {
+        return;
+    }
+    const int d0 = threadIdx.x * DPL, n_mine = max(0, min(DPL, a.head_dim - d0));
+    const int kv_dim = a.n_kv_heads * a.head_dim;
+    const size_t slot = kv_slot(a.tables, th.table, th.pos, a.block_size) * kv_dim +
+                        th.kv_head * a.head_dim + d0;
 #pragma unroll
-        for (int d = 0; d < DPL; ++d) {
-            if (d < n_mine) {
-                kc[slot + d] = f32_to_half(knew[own + d0 + d]);
-                vc[slot + d] = f32_to_half(vnew[own + d0 + d]);
-            }
+    for (int d = 0; d < DPL; ++d) {
+        if (d < n_mine) {
+            a.kc[slot + d] = f32_to_half(a.knew[th.own + d0 + d]);
+            a.vc[slot + d] = f32_to_half(a.vnew[th.own + d0 + d]);
         }
     }
-    const size_t at = (size_t)t * n_heads * head_dim + h * head_dim;
-    attend_head<DPL, WARPS>(q + at, kc, vc, out + at, pos, tables, table, kv_head * head_dim, kv_dim, head_dim,
-                     block_size, scale, window, softcap, oq != nullptr ? oq + at : nullptr,
-                     oq != nullptr ? ods + at / 32 : nullptr,
-                     knew != nullptr ? knew + own : nullptr,
-                     vnew != nullptr ? vnew + own : nullptr);
+}
+
+// Head th's positions j0 .. j1 - 1 as attend_span reads them, with this lane's share.
+template <int DPL>
+__device__ __forceinline__ AttnSpan head_span(const AttnArgs& a, const TokenHead& th, u32 j0,
+                                              u32 j1) {
+    const int d0 = (threadIdx.x % WARP_SIZE) * DPL;
+    return {a.kc,
+            a.vc,
+            a.tables,
+            th.table,
+            th.kv_head * a.head_dim,
+            a.n_kv_heads * a.head_dim,
+            a.head_dim,
+            a.block_size,
+            j0,
+            j1,
+            th.pos,
+            a.knew != nullptr ? a.knew + th.own : nullptr,
+            a.vnew != nullptr ? a.vnew + th.own : nullptr,
+            d0,
+            max(0, min(DPL, a.head_dim - d0)),
+            a.scale,
+            a.softcap};
+}
+
+// A lane's DPL values of head th's attention output (sp's share), with their 8-bit copy.
+template <int DPL>
+__device__ __forceinline__ void store_head_output(const AttnArgs& a, const TokenHead& th,
+                                                  const AttnSpan& sp, const float (&o)[DPL]) {
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) {
+        if (d < sp.n_mine) a.out[th.at + sp.d0 + d] = o[d];
+    }
+    if (a.oq != nullptr) {
+        quantize_lane_values_q8_1<DPL>(o, a.oq + th.at + sp.d0, a.ods + (th.at + sp.d0) / 32,
+                                       sp.n_mine > 0);
+    }
+}
+
+// Causal attention of head th over positions j0 .. j1 - 1 (attend_span), into its output.
+template <int DPL, int WARPS>
+__device__ __forceinline__ void attend_head(const AttnArgs& a, const TokenHead& th, u32 j0,
+                                            u32 j1) {
+    const AttnSpan sp = head_span<DPL>(a, th, j0, j1);
+    float mx, total, o[DPL];
+    if (attend_span<DPL, WARPS>(a.q + th.at, sp, mx, total, o)) store_head_output<DPL>(a, th, sp, o);
+}
+
+// Attention of the (head blockIdx.x, token blockIdx.y) pair of a batch over its sequence.
+template <int DPL, int WARPS>
+__device__ void attend(const AttnArgs& a) {
+    await_previous_kernels();
+    if (WARPS > 4) let_dependents_launch();  // the few-token steps
+    const int h = blockIdx.x;
+    const TokenHead th = token_head(a, blockIdx.y, h);
+    write_token_kv<DPL>(a, th, h);
+    attend_head<DPL, WARPS>(a, th, window_start(th.pos, a.window), th.pos + 1);
 }
 
 // Warps of the wide attention blocks (attention.rs ATTN_WIDE_WARPS, which must be the same).
@@ -523,76 +642,33 @@ __device__ void attend(const float* __restrict__ q, u16* __restrict__ kc,
 // One kernel per supported head size (the lanes' share of a head is a template constant) and
 // block size: 4 warps, and ATTN_WIDE_WARPS (`_wide`) for batches of few tokens, whose heads
 // alone would leave most of the GPU idle (attention.rs picks).
-extern "C" __global__ void __launch_bounds__(4 * WARP_SIZE)
-attention_hd32(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
-        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
-        float2* ods, const float* knew, const float* vnew) {
-    attend<1, 4>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
+extern "C" __global__ void __launch_bounds__(4 * WARP_SIZE) attention_hd32(ATTN_PARAMS) {
+    attend<1, 4>(ATTN_ARGS);
 }
-
 extern "C" __global__ void __launch_bounds__(ATTN_WIDE_WARPS * WARP_SIZE)
-attention_hd32_wide(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
-        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
-        float2* ods, const float* knew, const float* vnew) {
-    attend<1, ATTN_WIDE_WARPS>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
+attention_hd32_wide(ATTN_PARAMS) {
+    attend<1, ATTN_WIDE_WARPS>(ATTN_ARGS);
 }
-
-extern "C" __global__ void __launch_bounds__(4 * WARP_SIZE)
-attention_hd64(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
-        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
-        float2* ods, const float* knew, const float* vnew) {
-    attend<2, 4>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
+extern "C" __global__ void __launch_bounds__(4 * WARP_SIZE) attention_hd64(ATTN_PARAMS) {
+    attend<2, 4>(ATTN_ARGS);
 }
-
 extern "C" __global__ void __launch_bounds__(ATTN_WIDE_WARPS * WARP_SIZE)
-attention_hd64_wide(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
-        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
-        float2* ods, const float* knew, const float* vnew) {
-    attend<2, ATTN_WIDE_WARPS>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
+attention_hd64_wide(ATTN_PARAMS) {
+    attend<2, ATTN_WIDE_WARPS>(ATTN_ARGS);
 }
-
-extern "C" __global__ void __launch_bounds__(4 * WARP_SIZE)
-attention_hd128(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
-        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
-        float2* ods, const float* knew, const float* vnew) {
-    attend<4, 4>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
+extern "C" __global__ void __launch_bounds__(4 * WARP_SIZE) attention_hd128(ATTN_PARAMS) {
+    attend<4, 4>(ATTN_ARGS);
 }
-
 extern "C" __global__ void __launch_bounds__(ATTN_WIDE_WARPS * WARP_SIZE)
-attention_hd128_wide(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
-        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
-        float2* ods, const float* knew, const float* vnew) {
-    attend<4, ATTN_WIDE_WARPS>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
+attention_hd128_wide(ATTN_PARAMS) {
+    attend<4, ATTN_WIDE_WARPS>(ATTN_ARGS);
 }
-
-extern "C" __global__ void __launch_bounds__(4 * WARP_SIZE)
-attention_hd256(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
-        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
-        float2* ods, const float* knew, const float* vnew) {
-    attend<8, 4>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
+extern "C" __global__ void __launch_bounds__(4 * WARP_SIZE) attention_hd256(ATTN_PARAMS) {
+    attend<8, 4>(ATTN_ARGS);
 }
-
 extern "C" __global__ void __launch_bounds__(ATTN_WIDE_WARPS * WARP_SIZE)
-attention_hd256_wide(const float* q, u16* kc, u16* vc, float* out, const u32* tok_seq,
-        const u32* tok_pos, const u32* seq_table, const u32* tables, int n_heads, int n_kv_heads,
-        int head_dim, int block_size, float scale, int window, float softcap, i8* oq,
-        float2* ods, const float* knew, const float* vnew) {
-    attend<8, ATTN_WIDE_WARPS>(q, kc, vc, out, tok_seq, tok_pos, seq_table, tables, n_heads, n_kv_heads,
-                 head_dim, block_size, scale, window, softcap, oq, ods, knew, vnew);
+attention_hd256_wide(ATTN_PARAMS) {
+    attend<8, ATTN_WIDE_WARPS>(ATTN_ARGS);
 }
 
 // Value i (< n_rot) of a head `head` after rotary embedding at position `pos`: its pair's

@@ -24,6 +24,8 @@ pub const KERNEL_SOURCE: &str = concat!(
     "\n",
     include_str!("../kernels/model.cu"),
     "\n",
+    include_str!("../kernels/attention_split.cu"),
+    "\n",
     include_str!("../kernels/flash_prefill.cu"),
     "\n",
     include_str!("../kernels/mmq_f16.cu"),
@@ -250,6 +252,21 @@ mod tests {
             KERNEL_SOURCE.contains(&define),
             "kernels/model.cu lacks `{define}`"
         );
+    }
+
+    /// The host sizes its splits so that none is empty (splits of at least as many positions
+    /// as there are splits) and no more than a warp's lanes hold their results.
+    #[test]
+    fn the_split_attention_kernels_take_the_hosts_fewest_positions_a_split() {
+        for define in [
+            format!("#define ATTN_SPLIT_MIN {}", crate::backend::ATTN_SPLIT_MIN),
+            format!(
+                "#define ATTN_MAX_SPLITS {}",
+                crate::backend::ATTN_MAX_SPLITS
+            ),
+        ] {
+            assert!(KERNEL_SOURCE.contains(&define), "kernels lack `{define}`");
+        }
     }
 
     /// NVRTC needs no GPU, so wherever the library loads (with or without a driver) the

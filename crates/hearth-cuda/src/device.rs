@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 69] = [
+pub(crate) const KERNEL_NAMES: [&str; 77] = [
     "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
@@ -47,6 +47,14 @@ pub(crate) const KERNEL_NAMES: [&str; 69] = [
     "attention_hd32_wide",
     "attention_hd64_wide",
     "attention_hd128_wide",
+    "attention_split_scores_hd32",
+    "attention_split_values_hd32",
+    "attention_split_scores_hd64",
+    "attention_split_values_hd64",
+    "attention_split_scores_hd128",
+    "attention_split_values_hd128",
+    "attention_split_scores_hd256",
+    "attention_split_values_hd256",
     "attention_hd256_wide",
     "gemv3_q8_0",
     "gemv3_q4_0",

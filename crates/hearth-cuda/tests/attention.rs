@@ -196,12 +196,13 @@ fn prompt_and_decode_attention_match_the_cpu() {
 
 /// Spans longer than the per-query kernel keeps scores of (its ATTN_KEPT, 2,048 positions):
 /// the second pass computes the scores past them again. Decode steps in 4-warp blocks (five
-/// tokens) and in wide ones (one token).
+/// tokens) and in wide ones (one token), each head in one block.
 #[test]
 fn long_spans_match_the_cpu() {
     let Some(gpu) = gpu() else {
         return;
     };
+    let gpu = gpu.with_attention_split_from(usize::MAX);
     let cpu = CpuBackend::new(2).expect("cpu backend");
     let mut rng = rand::rngs::StdRng::seed_from_u64(22);
     let steps: [&[(usize, usize)]; 3] = [
@@ -213,4 +214,54 @@ fn long_spans_match_the_cpu() {
         let p = params(hd, 4, 2, window, None);
         check_steps(&gpu, &cpu, &p, &steps, &mut rng);
     }
+}
+
+/// Decode steps whose heads' positions are split across blocks (kernels/attention_split.cu;
+/// every step splits here): spans of one split (one position, or a window of 40), of two or
+/// three, and of many; each head size, grouped heads, soft-capping.
+#[test]
+fn split_heads_match_the_cpu() {
+    let Some(gpu) = gpu() else {
+        return;
+    };
+    let gpu = gpu.with_attention_split_from(0);
+    let cpu = CpuBackend::new(2).expect("cpu backend");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let cases = [
+        (128, 16, 8, None, None),
+        (64, 8, 2, Some(300), None),
+        (64, 8, 2, Some(40), None),
+        (256, 4, 1, None, Some(50.0)),
+        (32, 4, 2, None, Some(30.0)),
+        (80, 4, 2, None, None),
+    ];
+    // Three sequences decoding together (wide blocks, a few splits a head), with prompts
+    // between their first and their later decode steps.
+    let steps: [&[(usize, usize)]; 4] = [
+        &[(0, 1), (0, 1), (0, 1)],
+        &[(1, 699), (1, 64), (1, 130)],
+        &[(700, 1), (65, 1), (131, 1)],
+        &[(701, 1), (66, 1), (132, 1)],
+    ];
+    for (hd, n_heads, n_kv_heads, window, softcap) in cases {
+        let p = params(hd, n_heads, n_kv_heads, window, softcap);
+        check_steps(&gpu, &cpu, &p, &steps, &mut rng);
+    }
+}
+
+/// Splits longer than the scores they keep (ATTN_KEPT): as many heads as make two splits a
+/// head on this GPU, over 4,200 positions, so that each split computes its last scores again.
+#[test]
+fn split_spans_past_the_kept_scores_match_the_cpu() {
+    let Some(gpu) = gpu() else {
+        return;
+    };
+    let n_heads = gpu.device().info().sm_count as usize / 2;
+    let gpu = gpu.with_attention_split_from(0);
+    let cpu = CpuBackend::new(std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .expect("cpu backend");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(24);
+    let steps: [&[(usize, usize)]; 3] = [&[(0, 2100)], &[(2100, 2100)], &[(4200, 1)]];
+    let p = params(32, n_heads, 1, None, None);
+    check_steps(&gpu, &cpu, &p, &steps, &mut rng);
 }

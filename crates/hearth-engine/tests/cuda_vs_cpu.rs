@@ -96,6 +96,11 @@ fn decode_together(engine: &mut Engine, prompts: &[Vec<u32>]) -> Vec<Vec<Vec<f32
 }
 
 fn check(path: &Path) {
+    check_prompts(path, 5);
+}
+
+/// `check` with decode prompts of `first_len`, `first_len + 3`, ... tokens.
+fn check_prompts(path: &Path, first_len: usize) {
     let mut gpu = match load(path, Device::Cuda(0)) {
         Ok(e) => e,
         Err(EngineError::Device(why)) => {
@@ -117,7 +122,7 @@ fn check(path: &Path) {
     assert!(d <= BOUND, "prompt logits differ by {d:e}");
 
     let prompts: Vec<Vec<u32>> = (0..N_SEQS as u64)
-        .map(|i| prompt(10 + i, 5 + 3 * i as usize, n_vocab))
+        .map(|i| prompt(10 + i, first_len + 3 * i as usize, n_vocab))
         .collect();
     // One sequence alone (a step the CUDA backend may run as one kernel), then all together.
     for group in [&prompts[..1], &prompts[..]] {
@@ -178,6 +183,17 @@ fn tiny_qwen3_f16() {
 #[test]
 fn tiny_qwen3_q8_0() {
     check(&fixture("tiny-qwen3-q8_0.gguf"));
+}
+
+/// Decode steps whose sequences grow past the length from which the CUDA backend splits
+/// attention heads across blocks (set low here, so that spans of 110 to 140 positions take
+/// one and then two or three splits): recordings on both sides of it, replayed.
+#[test]
+fn tiny_qwen3_q8_0_with_split_attention() {
+    // NOTE: the whole test process sees this; other tests then split too, which changes only
+    // which kernels they run, not what they must match.
+    std::env::set_var("HEARTH_CUDA_ATTN_SPLIT_FROM", "120");
+    check_prompts(&fixture("tiny-qwen3-q8_0.gguf"), 110);
 }
 
 #[test]

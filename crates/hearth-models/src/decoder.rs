@@ -102,6 +102,9 @@ const ARGMAX_KEY: u64 = 1 << 33;
 /// [`BEST_K_SHIFT`] on: the selection's kernel takes `k` as an argument.
 const BEST_KEY: u64 = 1 << 34;
 const BEST_K_SHIFT: u32 = 40;
+/// Set in a replay key for decode steps over sequences long enough that the backend runs
+/// other kernels ([`Backend::long_context_step`]).
+const LONG_CONTEXT_KEY: u64 = 1 << 35;
 
 /// A decoder-only transformer on backend `B`.
 pub struct DecoderModel<B: Backend> {
@@ -260,7 +263,7 @@ impl<B: Backend> DecoderModel<B> {
         logits: &mut HostValues,
     ) -> Result<(), ModelError> {
         logits.clear();
-        let key = self.graph_key(batch);
+        let key = self.graph_key(backend, batch);
         self.run_pass(backend, batch, cache, block_size, key, Head::Logits(logits))
     }
 
@@ -276,7 +279,7 @@ impl<B: Backend> DecoderModel<B> {
         ids: &mut Vec<u32>,
     ) -> Result<(), ModelError> {
         ids.clear();
-        let key = self.graph_key(batch).map(|k| k | ARGMAX_KEY);
+        let key = self.graph_key(backend, batch).map(|k| k | ARGMAX_KEY);
         self.run_pass(backend, batch, cache, block_size, key, Head::Argmax(ids))
     }
 
@@ -301,7 +304,7 @@ impl<B: Backend> DecoderModel<B> {
             )));
         }
         let key = self
-            .graph_key(batch)
+            .graph_key(backend, batch)
             .map(|key| key | BEST_KEY | (k as u64) << BEST_K_SHIFT);
         self.run_pass(backend, batch, cache, block_size, key, Head::Best(k, best))
     }
@@ -367,7 +370,7 @@ impl<B: Backend> DecoderModel<B> {
     /// The replay key of a decode step (every sequence brings one token and wants its logits):
     /// such steps differ only in their host data, so a backend may replay a recording of the
     /// first. Other batches (prompt chunks, traced runs) run op by op.
-    fn graph_key(&self, batch: &Batch) -> Option<u64> {
+    fn graph_key(&self, backend: &B, batch: &Batch) -> Option<u64> {
         let n = batch.tokens.len();
         let decode = batch.seqs.iter().all(|s| s.n_tokens == 1)
             && batch.logits_rows.len() == n
@@ -378,7 +381,13 @@ impl<B: Backend> DecoderModel<B> {
         // NOTE: a step whose rows carry their own rope base stages one more array and passes
         // it to the rope kernels, so it is a different recording from a plain step of `n`.
         let own_bases = self.rope_theta_scales(batch).is_some() as u64;
-        (decode && !tracing && !sparse).then_some(n as u64 | own_bases << 32)
+        let longest = batch.seqs.iter().map(|s| s.first_pos + s.n_tokens).max();
+        let long = if backend.long_context_step(longest.unwrap_or(0)) {
+            LONG_CONTEXT_KEY
+        } else {
+            0
+        };
+        (decode && !tracing && !sparse).then_some(n as u64 | own_bases << 32 | long)
     }
 
     /// Each row's rope `base^(-2 / n_rot)` when dynamic NTK scaling raises the base of some

@@ -131,33 +131,40 @@ impl CudaBackend {
             None
         };
         let (oq, ods) = out_q8.unwrap_or((0, 0));
-        self.launch(
-            st,
-            name,
-            (p.n_heads as u32, n as u32),
-            if wide { ATTN_WIDE_WARPS * 32 } else { 4 * 32 },
-            &[
-                Arg::P(q.ptr),
-                Arg::P(kc),
-                Arg::P(vc),
-                Arg::P(out.ptr),
-                Arg::P(tok_seq),
-                Arg::P(tok_pos),
-                Arg::P(seq_table),
-                Arg::P(tables),
-                Arg::I(p.n_heads as i32),
-                Arg::I(p.n_kv_heads as i32),
-                Arg::I(hd as i32),
-                Arg::I(bs),
-                Arg::F(p.scale),
-                Arg::I(p.window.map_or(0, |w| w as i32)),
-                Arg::F(p.softcap.unwrap_or(0.0)),
-                Arg::P(oq),
-                Arg::P(ods),
-                Arg::P(if kv_in_attention { k.ptr } else { 0 }),
-                Arg::P(if kv_in_attention { v.ptr } else { 0 }),
-            ],
-        )?;
+        let args = [
+            Arg::P(q.ptr),
+            Arg::P(kc),
+            Arg::P(vc),
+            Arg::P(out.ptr),
+            Arg::P(tok_seq),
+            Arg::P(tok_pos),
+            Arg::P(seq_table),
+            Arg::P(tables),
+            Arg::I(p.n_heads as i32),
+            Arg::I(p.n_kv_heads as i32),
+            Arg::I(hd as i32),
+            Arg::I(bs),
+            Arg::F(p.scale),
+            Arg::I(p.window.map_or(0, |w| w as i32)),
+            Arg::F(p.softcap.unwrap_or(0.0)),
+            Arg::P(oq),
+            Arg::P(ods),
+            Arg::P(if kv_in_attention { k.ptr } else { 0 }),
+            Arg::P(if kv_in_attention { v.ptr } else { 0 }),
+        ];
+        let longest = batch.seqs.iter().map(|s| s.first_pos + s.n_tokens).max();
+        let split = self.attention_splits(p, n, longest.unwrap_or(0));
+        let split_done = match split {
+            Some(n_split) => {
+                let capacity = cache.n_blocks * cache.block_size;
+                self.launch_split_attention(st, p, n, n_split, capacity, &args)?
+            }
+            None => false,
+        };
+        if !split_done {
+            let threads = if wide { ATTN_WIDE_WARPS * 32 } else { 4 * 32 };
+            self.launch(st, name, (p.n_heads as u32, n as u32), threads, &args)?;
+        }
         if out_q8.is_some() {
             st.quantized.set(Some(Quantized {
                 of: out.ptr,
@@ -184,6 +191,88 @@ impl CudaBackend {
     fn wide_attention(&self, n: usize) -> bool {
         self.wide_attention_set
             .unwrap_or(n <= ATTN_FEW_TOKENS && !self.one_kernel_decode)
+    }
+
+    /// Whether a decode step whose longest sequence holds `context` positions may split its
+    /// heads' positions across blocks (`attention_splits`): such steps are recorded apart from
+    /// shorter ones.
+    pub(super) fn long_context(&self, context: usize) -> bool {
+        context >= self.attn_split_from
+    }
+
+    /// How many blocks share each head of a batch of `n` tokens whose longest sequence holds
+    /// `context` positions (kernels/attention_split.cu), or `None` for one block a head (the
+    /// kernels of `launch_attention`). Only the few-token steps split, and only while their
+    /// heads alone would leave at least half the multiprocessors idle: a head's positions are
+    /// a chain of loads through one block, and at 2,048 positions of Qwen3-0.6B the 16 heads'
+    /// blocks each pulled 1 MB of cache through one multiprocessor. Sliding-window layers
+    /// whose window is shorter than a long context keep one block.
+    fn attention_splits(&self, p: &AttnParams, n: usize, context: usize) -> Option<u32> {
+        let long = self.long_context(context) && p.window.is_none_or(|w| w >= self.attn_split_from);
+        if !long || !self.wide_attention(n) {
+            return None;
+        }
+        let heads = (p.n_heads * n).max(1) as u32;
+        let splits = (self.dev.info().sm_count / heads).min(ATTN_MAX_SPLITS as u32);
+        (splits >= 2).then_some(splits)
+    }
+
+    /// The two launches of split attention (`args`: the single-block kernel's arguments) over
+    /// a cache of `capacity` positions: false, and nothing queued, where the head counters
+    /// would have to grow while a step is being recorded.
+    fn launch_split_attention(
+        &self,
+        st: &mut State,
+        p: &AttnParams,
+        n: usize,
+        n_split: u32,
+        capacity: usize,
+        args: &[Arg],
+    ) -> Result<bool, BackendError> {
+        let heads = n * p.n_heads;
+        let slots = heads * n_split as usize;
+        // Every split keeps all its scores and rows (split_range in the kernels: a split has
+        // at most ATTN_SPLIT_MIN positions, or a span / n_split share rounded up), then its
+        // (m, l) and its part of the output.
+        let span = p.window.map_or(capacity, |w| w.min(capacity));
+        let per_split = span.div_ceil(n_split as usize) + ATTN_SPLIT_MIN;
+        let kept = slots * per_split * 4;
+        let bytes = 2 * kept + slots * 8 + slots * p.head_dim * 4;
+        let Some((counts, scratch)) = self.row_counters_and_scratch(st, heads, bytes)? else {
+            return Ok(false);
+        };
+        let (rows, stats) = (scratch + kept as u64, scratch + 2 * kept as u64);
+        let parts = stats + slots as u64 * 8;
+        let mut all = args.to_vec();
+        all.extend([
+            Arg::I(n_split as i32),
+            Arg::I(per_split as i32),
+            Arg::P(scratch),
+            Arg::P(rows),
+            Arg::P(stats),
+            Arg::P(parts),
+            Arg::P(counts),
+        ]);
+        // As the single-block kernels: a lane's share covers the head.
+        let (scores, values) = match p.head_dim {
+            1..=32 => ("attention_split_scores_hd32", "attention_split_values_hd32"),
+            33..=64 => ("attention_split_scores_hd64", "attention_split_values_hd64"),
+            65..=128 => (
+                "attention_split_scores_hd128",
+                "attention_split_values_hd128",
+            ),
+            _ => (
+                "attention_split_scores_hd256",
+                "attention_split_values_hd256",
+            ),
+        };
+        let grid = (p.n_heads as u32 * n_split, n as u32);
+        let threads = ATTN_WIDE_WARPS * 32;
+        self.launch(st, scores, grid, threads, &all)?;
+        self.launch(st, values, grid, threads, &all)?;
+        // The next kernel that could be handed this memory waits for these before writing.
+        st.arena.give_back(scratch, bytes);
+        Ok(true)
     }
 
     /// The batch's new keys and values into their f16 cache slots (kernels/model.cu).
@@ -228,6 +317,19 @@ const FLASH_MIN_QUERIES: usize = 16;
 /// compile.rs checks).
 const ATTN_FEW_TOKENS: usize = 4;
 pub(crate) const ATTN_WIDE_WARPS: u32 = 32;
+/// Fewest positions of a split (kernels/attention_split.cu ATTN_SPLIT_MIN) and most splits
+/// of a head (ATTN_MAX_SPLITS there, at most a warp's lanes); no more splits than positions a
+/// split keeps every split non-empty.
+pub(crate) const ATTN_SPLIT_MIN: usize = 64;
+pub(crate) const ATTN_MAX_SPLITS: usize = 16;
+const _: () = assert!(ATTN_MAX_SPLITS <= ATTN_SPLIT_MIN && ATTN_MAX_SPLITS <= 32);
+/// Longest sequence (positions) from which few-token decode steps split their heads across
+/// blocks, unless `HEARTH_CUDA_ATTN_SPLIT_FROM` says otherwise (`attention_splits`).
+/// NOTE (H200, Qwen3-0.6B Q8_0, `scripts/device/binary_ab.sh`, two rounds): splitting every
+/// step cost tg128 15% (928 / 943 against 1,065 / 1,119 tok/s: the second launch is one more
+/// dependent kernel a layer); from 128 positions and from 512 measured alike after 512 tokens
+/// of context (815 / 800 and 798 / 819 tok/s, one block a head 686 / 685).
+pub(super) const ATTN_SPLIT_FROM: usize = 512;
 /// Query rows of one flash-attention block (4 warps of 16) and its threads.
 const FLASH_ROWS: usize = 64;
 const FLASH_THREADS: u32 = 128;

@@ -22,7 +22,7 @@ mod upload;
 mod weight_heap;
 
 #[cfg(test)]
-pub(crate) use attention::ATTN_WIDE_WARPS;
+pub(crate) use attention::{ATTN_MAX_SPLITS, ATTN_SPLIT_MIN, ATTN_WIDE_WARPS};
 pub use mmq::mmq_takes_f16_activations;
 
 use std::sync::atomic::AtomicUsize;
@@ -145,6 +145,9 @@ pub struct CudaBackend {
     /// `HEARTH_CUDA_ATTN_WIDE`: wide attention blocks for every batch or none
     /// (`attention.rs` `wide_attention`).
     wide_attention_set: Option<bool>,
+    /// Longest sequence from which few-token steps split attention heads across blocks
+    /// (`attention.rs` `attention_splits`; `HEARTH_CUDA_ATTN_SPLIT_FROM` for measurements).
+    attn_split_from: usize,
 }
 
 impl CudaBackend {
@@ -176,6 +179,8 @@ impl CudaBackend {
             overlap_launches,
             one_kernel_decode,
             wide_attention_set: measurement_setting("HEARTH_CUDA_ATTN_WIDE", 0..=1).map(|v| v == 1),
+            attn_split_from: measurement_setting("HEARTH_CUDA_ATTN_SPLIT_FROM", 0..=1 << 30)
+                .unwrap_or(attention::ATTN_SPLIT_FROM),
         })
     }
 
@@ -183,6 +188,14 @@ impl CudaBackend {
     /// `HEARTH_CUDA_DECODE_LAYERS` says; on only where the GPU can launch it.
     pub fn with_one_kernel_decode(mut self, on: bool) -> Self {
         self.one_kernel_decode = on && decode_layers::launches_cooperatively(&self.dev);
+        self
+    }
+
+    /// Sets the longest sequence (positions) from which few-token decode steps split attention
+    /// heads across blocks, whatever `HEARTH_CUDA_ATTN_SPLIT_FROM` says: 0 splits every such
+    /// step, `usize::MAX` none (`attention.rs` `attention_splits`).
+    pub fn with_attention_split_from(mut self, positions: usize) -> Self {
+        self.attn_split_from = positions;
         self
     }
 
@@ -257,6 +270,10 @@ impl Backend for CudaBackend {
 
     fn begin_forward(&self, key: Option<u64>) {
         self.start_forward(key);
+    }
+
+    fn long_context_step(&self, context: usize) -> bool {
+        self.long_context(context)
     }
 
     fn load_weight(&self, w: HostWeight) -> Result<CudaWeight, BackendError> {
