@@ -108,6 +108,8 @@ def model_names(out):
     names = set()
     for p in out.glob("llama-bench-*.json"):
         names.add(p.name[len("llama-bench-"):-len(".json")])
+    for p in out.glob("depth-llama-*.json"):
+        names.add(p.name[len("depth-llama-"):-len(".json")])
     for p in out.glob("hearth-*.json"):
         n = p.name[len("hearth-"):-len(".json")]
         for suffix in ("-greedy", "-sample", "-par"):
