@@ -469,11 +469,11 @@ __device__ __forceinline__ bool block_sum_values(const float (&acc)[DPL], float*
 // This is the CPU backend's arithmetic (cpu/attention.rs, after ggml's attention, which
 // multiplies V by the weights as f16): an online softmax that weights values in f32 gives
 // other last bits, and 8-bit activations after attention turn those into visible logit
-// differences. Pass 1 asks L2 for each position's values, which pass 2 then reads. Past
-// KEPT positions, pass 1 keeps a running sum and pass 2 computes the scores again (a warp
-// for each). Warp 0 returns true with M, L and the weighted sum of values `o` (its lane's DPL
-// dimensions, already divided by L); the other warps return false. All threads of the block
-// call it. head_dim must be a multiple of 8.
+// differences. Pass 1 asks L2 for each position's values, which pass 2 then reads (where they
+// fit: values_fit_in_l2). Past KEPT positions, pass 1 keeps a running sum and pass 2 computes
+// the scores again (a warp for each). Warp 0 returns true with M, L and the weighted sum of
+// values `o` (its lane's DPL dimensions, already divided by L); the other warps return false.
+// All threads of the block call it. head_dim must be a multiple of 8.
 template <int DPL, int WARPS = 4, int KEPT = ATTN_KEPT>
 __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp, float& mx,
                                             float& total, float (&o)[DPL]) {
