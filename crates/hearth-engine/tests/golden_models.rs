@@ -17,6 +17,13 @@
 //! `NOISE_FACTOR` times that. A real mistake (a wrong rope pair, a missing norm, an off-by-one
 //! position) moves logits by whole units and fails these checks.
 //!
+//! On CUDA (`HEARTH_TEST_DEVICE=cuda`) the noise also covers how far llama.cpp's own CUDA
+//! build moves from these CPU goldens, where that was measured (`device_check.json`, from
+//! `scripts/device/golden_gpu.sh`): 0.026 on the tiny f16 Qwen3, 0.285 on its Q8_0 twin, whose
+//! 8-bit activations on a 64-wide random model turn a GPU's other summation orders into
+//! differences of that size (llama.cpp's CUDA top-1 agrees with its CPU at 60-62 of 64
+//! positions there). The wgpu kernels reproduce the CPU's arithmetic and keep the CPU's bound.
+//!
 //! - logits: |ours − llama.cpp| ≤ bound on the reference's top-10 at every position; top-1 equal at
 //!   ≥ 99% of the positions where llama.cpp's own top-two margin exceeds its self-check noise, and
 //!   elsewhere our top-1 is a token llama.cpp rates within that noise of its own top-1;
@@ -25,8 +32,8 @@
 
 mod common;
 
-use common::{argmax, golden_dir, model_path, open_engine, read_json};
-use hearth_engine::{Engine, Sequence};
+use common::{argmax, golden_dir, model_path, open_engine, read_json, test_device};
+use hearth_engine::{Device, Engine, Sequence};
 use serde::Deserialize;
 
 /// Allowed error as a multiple of the reference's own batched-vs-sequential difference.
@@ -49,10 +56,23 @@ struct SelfCheck {
     max_top10_diff: f32,
 }
 
-/// The reference's own noise level for model `name` (see the module note).
+/// How far llama.cpp's GPU build lies from a model's CPU goldens (`device_check.json`).
+#[derive(Deserialize)]
+struct DeviceCheck {
+    max_diff: f32,
+}
+
+/// The reference's own noise level for model `name` on the device the tests run on (see the
+/// module note).
 fn noise(name: &str) -> f32 {
     let g: LogitsGolden = read_json(&golden_dir(name).join("logits.json"));
-    g.self_check.max_top10_diff.max(MIN_NOISE)
+    let mut noise = g.self_check.max_top10_diff.max(MIN_NOISE);
+    let device_check = golden_dir(name).join("device_check.json");
+    if matches!(test_device(), Device::Cuda(_)) && device_check.exists() {
+        let d: DeviceCheck = read_json(&device_check);
+        noise = noise.max(d.max_diff);
+    }
+    noise
 }
 
 #[derive(Deserialize)]
@@ -91,7 +111,7 @@ fn check_logits(name: &str) {
     let logits = engine
         .step_rows(&mut seq, &g.ids, &rows)
         .expect("forward pass");
-    let noise = g.self_check.max_top10_diff.max(MIN_NOISE);
+    let noise = noise(name);
     let bound = NOISE_FACTOR * noise;
     let (mut decisive, mut agree) = (0, 0);
     let mut worst = (0.0f32, 0usize, 0u32);
