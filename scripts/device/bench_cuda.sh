@@ -13,7 +13,8 @@
 #   BENCH_TYPES  which files are benchmarked           (default: the QUANTS)
 #   REPS         llama-bench / hearth repetitions      (default: 5)
 #   NPL          parallel sequences, batched test      (default: 64)
-#   DEPTHS       contexts before tg128, depth phase    (default: 2048 8192; llama-bench -d)
+#   DEPTHS       contexts before pp512 and tg128,      (default: 2048 8192; llama-bench -d)
+#                depth phase
 #   HEARTH       hearth binary                         (default: .device-bin/hearth)
 #   WORK         scratch folder (llama.cpp build, model files; default: a new temporary folder)
 # Exit status: non-zero if any phase that ran failed.
@@ -196,18 +197,18 @@ phase_hearth() {
   return "$status"
 }
 
-# tg128 after DEPTHS tokens of context (run untimed first), both engines: llama-bench -d.
+# pp512 and tg128 after DEPTHS tokens of context (run untimed first), both engines: llama-bench -d.
 phase_depth() {
   local name f d status=0
   for name in $(bench_models); do
     f=$models_dir/$name.gguf
     echo "== llama-bench $name, depths $DEPTHS"
-    "$llama_bin/llama-bench" -m "$f" -ngl 99 -fa 1 -r "$REPS" -p 0 -n 128 -d "${DEPTHS// /,}" \
+    "$llama_bin/llama-bench" -m "$f" -ngl 99 -fa 1 -r "$REPS" -p 512 -n 128 -d "${DEPTHS// /,}" \
       -o json -oe md >"$out/depth-llama-$name.json" 2>"$out/depth-llama-$name.md" || status=1
     cat "$out/depth-llama-$name.md"
     for d in $DEPTHS; do
       echo "== hearth $name, depth $d"
-      "$HEARTH" bench "$f" --device cuda -p 0 -n 128 -d "$d" -r "$REPS" --json \
+      "$HEARTH" bench "$f" --device cuda -p 512 -n 128 -d "$d" -r "$REPS" --json \
         >"$out/depth-hearth-$name-d$d.json" || status=1
       cat "$out/depth-hearth-$name-d$d.json"
     done

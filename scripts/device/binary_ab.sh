@@ -5,6 +5,8 @@
 #   pp512      a 512-token prompt (llama-bench's pp512)
 #   tg-d512, tg-d2k, tg-d8k, tg-d32k
 #              tg128 after 512, 2,048, 8,192 or 32,768 tokens of context (llama-bench -d)
+#   pp-d2k, pp-d8k, pp-d32k
+#              pp512 after 2,048, 8,192 or 32,768 tokens of context
 #   par64      64 sequences decoding together, their logits brought back
 #   tg         one sequence decoding 128 tokens, its logits brought back (llama-bench's tg128)
 #   tg-greedy  the same with the argmax on the GPU
@@ -66,6 +68,9 @@ for round in $(seq "$ROUNDS"); do
           tg-d2k) echo "  tg128 @ d2048:   $(run "$b" "$m" -p 0 -n 128 -r 3 -d 2048)" ;;
           tg-d8k) echo "  tg128 @ d8192:   $(run "$b" "$m" -p 0 -n 128 -r 3 -d 8192)" ;;
           tg-d32k) echo "  tg128 @ d32768:  $(run "$b" "$m" -p 0 -n 128 -r 2 -d 32768)" ;;
+          pp-d2k) echo "  pp512 @ d2048:   $(run "$b" "$m" -p 512 -n 0 -r 3 -d 2048)" ;;
+          pp-d8k) echo "  pp512 @ d8192:   $(run "$b" "$m" -p 512 -n 0 -r 3 -d 8192)" ;;
+          pp-d32k) echo "  pp512 @ d32768:  $(run "$b" "$m" -p 512 -n 0 -r 2 -d 32768)" ;;
           par64) echo "  64 streams:      $(run "$b" "$m" -p 128 -n 128 -r 1 --parallel 64)" ;;
           tg) echo "  tg128:           $(run "$b" "$m" -p 0 -n 128 -r 5)" ;;
           tg-greedy) echo "  tg128 greedy:    $(run "$b" "$m" -p 0 -n 128 -r 5 --greedy)" ;;

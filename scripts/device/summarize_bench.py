@@ -77,19 +77,21 @@ def hearth_parallel(out, name, suffix=""):
 
 
 def depth_rows(out, name):
-    """[(depth, llama.cpp tg128, hearth tg128)] from the depth phase's files."""
+    """[(depth, test, llama.cpp tok/s, hearth tok/s)] from the depth phase's files, test being
+    "pp512" or "tg128"."""
     llama = {}
     tests = load_json(out / f"depth-llama-{name}.json") or []
     for t in tests if isinstance(tests, list) else []:
-        if t.get("n_gen", 0) > 0 and t.get("n_prompt", 0) == 0:
-            llama[t.get("n_depth", 0)] = t.get("avg_ts")
+        test = "tg128" if t.get("n_gen", 0) > 0 else "pp512"
+        llama[(t.get("n_depth", 0), test)] = t.get("avg_ts")
     rows = {}
     for p in out.glob(f"depth-hearth-{name}-d*.json"):
         r = load_json(p)
         if isinstance(r, dict):
-            rows[r.get("depth", 0)] = (r.get("tg_tok_s") or {}).get("mean")
-    depths = sorted(set(llama) | set(rows))
-    return [(d, llama.get(d), rows.get(d)) for d in depths]
+            for test, key in (("pp512", "pp_tok_s"), ("tg128", "tg_tok_s")):
+                rows[(r.get("depth", 0), test)] = (r.get(key) or {}).get("mean")
+    keys = sorted(set(llama) | set(rows))
+    return [(d, test, llama.get((d, test)), rows.get((d, test))) for d, test in keys]
 
 
 def fmt(x, spec=".1f"):
@@ -152,8 +154,8 @@ def main(out):
                     f" | tg128 {fmt(ltg)} / {fmt(gtg)} ({ratio(gtg, ltg)})"
                     f" | tg128 x{npl if npl else '-'} {fmt(lpar)} / {fmt(gpar)} ({ratio(gpar, lpar)})"
                 )
-        for depth, ltg, htg in depth_rows(out, name):
-            print(f"{name}: tg128 @ d{depth} {fmt(ltg)} / {fmt(htg)} ({ratio(htg, ltg)})")
+        for depth, test, lts, hts in depth_rows(out, name):
+            print(f"{name}: {test} @ d{depth} {fmt(lts)} / {fmt(hts)} ({ratio(hts, lts)})")
     phases = out / "phases.tsv"
     if phases.exists():
         rows = [line.split("\t") for line in phases.read_text().splitlines() if line.strip()]
