@@ -1,6 +1,7 @@
 // Flash attention for prompt chunks, on tensor cores: a block takes a tile of up to 64
 // consecutive queries of one sequence and one head and walks that sequence's keys in tiles of
-// BK through shared memory, twice: first for each query row's max score and softmax sum
+// BK through shared memory (two stages: the next tile's asynchronous copies are in flight while
+// the warps work on this one), twice: first for each query row's max score and softmax sum
 // (online, as flash attention 2 does), then for the weighted values. The decode kernel in
 // model.cu reads every key once per query; here a key tile is read twice per 64 queries, and
 // q·k and p·v run as m16n8k16 f16 matrix products with f32 sums.
@@ -11,9 +12,16 @@
 // kernel rounds the running, unnormalized weights instead: last-bit differences that the 8-bit
 // activations after attention turn into visible logit differences (BENCHMARKS.md).
 //
-// Launch: grid (tiles, heads), 128 threads (4 warps of 16 query rows). `tiles` holds per tile
-// (sequence, first token row, query count); a sequence's tokens are consecutive rows with
-// consecutive positions.
+// Long spans split: after thousands of cached positions a chunk's (tile, head) blocks are too
+// few to fill the GPU (a 512-token chunk of Qwen3-0.6B: 128 blocks, each walking every key
+// twice), so n_split blocks share a (tile, head), each taking a run of its key tiles. Three
+// launches: phase 1 writes each split's max and sum of every row to `stats`; phase 2 combines
+// the splits' (max, sum) into the row's own, so that every split weights its values with the
+// final weights, and writes its part of the output to `parts`; flash_combine adds the parts.
+//
+// Launch: grid (tiles, heads × n_split), 128 threads (4 warps of 16 query rows). `tiles` holds
+// per tile (sequence, first token row, query count); a sequence's tokens are consecutive rows
+// with consecutive positions.
 
 #define FLASH_WARPS 4
 #define FLASH_ROWS (FLASH_WARPS * 16)
@@ -52,9 +60,11 @@ __device__ __forceinline__ void load_v_fragments(u32 addr, u32& b0, u32& b1, u32
 }
 
 // Keys kb .. kb + BK - 1 of a head into the shared tile ks, and their values into vs when it
-// is not null, 16 bytes at a time; keys past p_last are zeros (and masked by tile_scores).
+// is not null, 16 bytes at a time by asynchronous copies (gemv_q8a.cu's copy16_async), then
+// committed as one group; keys past p_last are zeros (masked by tile_scores, and zero values
+// keep 0 · v finite).
 template <int HD, int BK, int STRIDE>
-__device__ __forceinline__ void load_kv_tile(u16* ks, u16* vs, const u16* __restrict__ kc,
+__device__ __forceinline__ void copy_kv_tile(u16* ks, u16* vs, const u16* __restrict__ kc,
                                              const u16* __restrict__ vc, u32 kb, u32 p_last,
                                              const u32* tables, u32 table, int block_size,
                                              int kv_dim, int kv_off) {
@@ -62,15 +72,18 @@ __device__ __forceinline__ void load_kv_tile(u16* ks, u16* vs, const u16* __rest
     for (int i = threadIdx.x; i < BK * CHUNKS; i += FLASH_WARPS * WARP_SIZE) {
         const int key = i / CHUNKS, ch = i % CHUNKS;
         const u32 j = kb + key;
-        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+        uint4* kd = reinterpret_cast<uint4*>(ks + key * STRIDE + ch * 8);
+        uint4* vd = vs != nullptr ? reinterpret_cast<uint4*>(vs + key * STRIDE + ch * 8) : nullptr;
         if (j <= p_last) {
             const size_t at = kv_slot(tables, table, j, block_size) * kv_dim + kv_off + ch * 8;
-            kv = *reinterpret_cast<const uint4*>(kc + at);
-            if (vs != nullptr) vv = *reinterpret_cast<const uint4*>(vc + at);
+            copy16_async(kd, reinterpret_cast<const uint4*>(kc + at));
+            if (vd != nullptr) copy16_async(vd, reinterpret_cast<const uint4*>(vc + at));
+        } else {
+            *kd = make_uint4(0, 0, 0, 0);
+            if (vd != nullptr) *vd = make_uint4(0, 0, 0, 0);
         }
-        *reinterpret_cast<uint4*>(ks + key * STRIDE + ch * 8) = kv;
-        if (vs != nullptr) *reinterpret_cast<uint4*>(vs + key * STRIDE + ch * 8) = vv;
     }
+    copies_commit();
 }
 
 // The scores of a warp's 16 query rows against the BK keys of the tile ks (from kb): q · kᵀ,
@@ -110,26 +123,50 @@ __device__ __forceinline__ void tile_scores(float (&s)[BK / 8][4], const u32 (&q
     }
 }
 
-// The tile of keys from kb into ks (and their values into vs when it is not null), then the
-// warp's scores of it (tile_scores); false, with no scores, for a warp that sits the tile out:
-// past the query tile, or with all its queries before these keys. Every thread calls it.
-template <int HD, int BK, int STRIDE>
-__device__ __forceinline__ bool next_tile_scores(float (&s)[BK / 8][4],
-                                                 const u32 (&qf)[HD / 16][4], u16* ks, u16* vs,
-                                                 const u16* __restrict__ kc,
-                                                 const u16* __restrict__ vc, u32 kb, u32 p_last,
-                                                 const u32* tables, u32 table, int block_size,
-                                                 int kv_dim, int kv_off, bool warp_live,
-                                                 u32 warp_last_pos, const u32 (&pos_r)[2],
-                                                 const bool (&row_ok)[2], int window,
-                                                 float scale, float softcap) {
-    __syncthreads();  // the last tile has been read
-    load_kv_tile<HD, BK, STRIDE>(ks, vs, kc, vc, kb, p_last, tables, table, block_size, kv_dim,
-                                 kv_off);
-    __syncthreads();
-    if (!warp_live || kb > warp_last_pos) return false;
-    tile_scores<HD, BK, STRIDE>(s, qf, ks, kb, pos_r, row_ok, window, scale, softcap);
-    return true;
+// u16 words of one shared K or V tile, and the kernel's dynamic shared memory: two stages
+// of a K and a V tile (flash_shared_bytes in attention.rs must agree).
+template <int HD, int BK>
+__device__ constexpr int flash_tile_words() { return BK * (HD + 8); }
+
+// Walks the key tiles kb_from, kb_from + BK, .. below kb_end through two shared stages, the
+// next tile's copies in flight while the warps work on this one, and hands each tile's scores
+// (tile_scores) and its values' shared tile to take(s, vs), for the warps whose rows see any
+// of its keys. Every thread calls it with the same range.
+template <int HD, int BK, bool WITH_V, class Take>
+__device__ __forceinline__ void walk_key_tiles(u16* smem, const u32 (&qf)[HD / 16][4],
+                                               const u16* __restrict__ kc,
+                                               const u16* __restrict__ vc, u32 kb_from,
+                                               u32 kb_end, u32 p_last, const u32* tables,
+                                               u32 table, int block_size, int kv_dim,
+                                               int kv_off, bool warp_live, u32 warp_last_pos,
+                                               const u32 (&pos_r)[2], const bool (&row_ok)[2],
+                                               int window, float scale, float softcap,
+                                               Take take) {
+    constexpr int STRIDE = HD + 8, TILE = flash_tile_words<HD, BK>();
+    if (kb_from >= kb_end) return;
+    copy_kv_tile<HD, BK, STRIDE>(smem, WITH_V ? smem + TILE : nullptr, kc, vc, kb_from, p_last,
+                                 tables, table, block_size, kv_dim, kv_off);
+    int stage = 0;
+    for (u32 kb = kb_from; kb < kb_end; kb += BK) {
+        u16* ks = smem + stage * 2 * TILE;
+        if (kb + BK < kb_end) {
+            // The other stage was released by the barrier that ended the last tile.
+            u16* next = smem + (stage ^ 1) * 2 * TILE;
+            copy_kv_tile<HD, BK, STRIDE>(next, WITH_V ? next + TILE : nullptr, kc, vc, kb + BK,
+                                         p_last, tables, table, block_size, kv_dim, kv_off);
+            copies_wait<1>();
+        } else {
+            copies_wait<0>();
+        }
+        __syncthreads();  // every thread's copies of this tile have landed
+        if (warp_live && kb <= warp_last_pos) {
+            float s[BK / 8][4];
+            tile_scores<HD, BK, STRIDE>(s, qf, ks, kb, pos_r, row_ok, window, scale, softcap);
+            take(s, ks + TILE);
+        }
+        __syncthreads();  // every warp is done with this stage before copies refill it
+        stage ^= 1;
+    }
 }
 
 template <int HD, int BK>
@@ -137,15 +174,16 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
                               const u16* __restrict__ vc, float* __restrict__ out,
                               const u32* tok_pos, const u32* seq_table, const u32* tables,
                               const u32* tiles, int n_heads, int n_kv_heads, int block_size,
-                              float scale, int window, float softcap) {
+                              float scale, int window, float softcap, int n_split, int phase,
+                              int n_tokens, float2* __restrict__ stats,
+                              float* __restrict__ parts) {
     await_previous_kernels();
     // Row stride of the shared tiles, padded by 16 bytes: fragment reads of 8 rows then fall
     // in distinct banks.
     constexpr int STRIDE = HD + 8;
-    __shared__ __align__(16) u16 ks[BK * STRIDE];
-    __shared__ __align__(16) u16 vs[BK * STRIDE];
+    extern __shared__ __align__(16) u16 flash_shared[];
 
-    const int h = blockIdx.y;
+    const int h = blockIdx.y % n_heads, split = blockIdx.y / n_heads;
     const u32 seq = tiles[3 * blockIdx.x], t0 = tiles[3 * blockIdx.x + 1];
     const int nq = (int)tiles[3 * blockIdx.x + 2];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
@@ -156,6 +194,14 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     const u32 p0 = tok_pos[t0];  // position of the tile's first query
     const u32 p_last = p0 + nq - 1;
     const u32 k_first = (window > 0 && p0 + 1 > (u32)window) ? p0 + 1 - window : 0;
+    // The keys this block walks: all the tile sees, or its split's run of the BK-key tiles
+    // (empty where a short span has fewer tiles than splits).
+    u32 kb_from = k_first, kb_end = p_last + 1;
+    if (n_split > 1) {
+        const u32 n_key_tiles = (p_last + 1 - k_first + BK - 1) / BK;
+        kb_from = k_first + BK * (split * n_key_tiles / n_split);
+        kb_end = min(kb_end, k_first + BK * ((split + 1) * n_key_tiles / n_split));
+    }
 
     // This warp's rows g and g + 8 of its 16, as tile rows and positions.
     const int row0 = warp * 16 + g, row1 = row0 + 8;
@@ -163,6 +209,7 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     const u32 warp_last_pos = p0 + min(nq, warp * 16 + 16) - 1;
     const u32 pos_r[2] = {p0 + row0, p0 + row1};
     const bool row_ok[2] = {row0 < nq, row1 < nq};
+    const int rows[2] = {row0, row1};
 
     // The warp's queries as A fragments, rounded to f16 (rows past the tile are zeros).
     u32 qf[HD / 16][4];
@@ -180,35 +227,60 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
         }
     }
 
-    // Pass 1: each row's max score m and softmax sum l, online over the key tiles.
+    // Each row's max score m and softmax sum l: pass 1 over this block's keys, online, or
+    // (phase 2) the splits' own combined.
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
-    for (u32 kb = k_first; kb <= p_last; kb += BK) {
-        float s[BK / 8][4];
-        if (!next_tile_scores<HD, BK, STRIDE>(s, qf, ks, nullptr, kc, vc, kb, p_last, tables,
-                                              table, block_size, kv_dim, kv_off, warp_live,
-                                              warp_last_pos, pos_r, row_ok, window, scale,
-                                              softcap)) {
-            continue;
-        }
+    if (phase == 2) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            float mx = NEG_INF;
-#pragma unroll
-            for (int n = 0; n < BK / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
-            const float m_new = fmaxf(m[r], mx);
-            // A row that has seen no key yet keeps m = -inf: subtract 0 so that exp gives 0.
-            const float base = m_new == NEG_INF ? 0.f : m_new;
-            float sum = 0.f;
-#pragma unroll
-            for (int n = 0; n < BK / 8; ++n) {
-                sum += expf(s[n][2 * r] - base) + expf(s[n][2 * r + 1] - base);
+            if (!row_ok[r]) continue;
+            const float2* row_stats = stats + (size_t)(t0 + rows[r]) * n_heads + h;
+            const size_t split_stride = (size_t)n_tokens * n_heads;
+            for (int z = 0; z < n_split; ++z) m[r] = fmaxf(m[r], row_stats[z * split_stride].x);
+            // In split order; an empty split (a span shorter than its splits) adds nothing.
+            for (int z = 0; z < n_split; ++z) {
+                const float2 ml = row_stats[z * split_stride];
+                if (ml.y > 0.f) l[r] += ml.y * expf(ml.x - m[r]);
             }
-            sum += __shfl_xor_sync(FULL_MASK, sum, 1);
-            sum += __shfl_xor_sync(FULL_MASK, sum, 2);
-            l[r] = l[r] * expf(m[r] - base) + sum;
-            m[r] = m_new;
+        }
+    } else {
+        walk_key_tiles<HD, BK, false>(
+            flash_shared, qf, kc, vc, kb_from, kb_end, p_last, tables, table, block_size, kv_dim,
+            kv_off, warp_live, warp_last_pos, pos_r, row_ok, window, scale, softcap,
+            [&](float (&s)[BK / 8][4], const u16*) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    float mx = NEG_INF;
+#pragma unroll
+                    for (int n = 0; n < BK / 8; ++n) {
+                        mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+                    }
+                    mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+                    const float m_new = fmaxf(m[r], mx);
+                    // A row that has seen no key yet keeps m = -inf: subtract 0 so that exp
+                    // gives 0.
+                    const float base = m_new == NEG_INF ? 0.f : m_new;
+                    float sum = 0.f;
+#pragma unroll
+                    for (int n = 0; n < BK / 8; ++n) {
+                        sum += expf(s[n][2 * r] - base) + expf(s[n][2 * r + 1] - base);
+                    }
+                    sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+                    sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+                    l[r] = l[r] * expf(m[r] - base) + sum;
+                    m[r] = m_new;
+                }
+            });
+        if (phase == 1) {
+            // The four lanes of a row hold the same (m, l).
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                if (!row_ok[r] || c != 0) continue;
+                const size_t at = (size_t)(t0 + rows[r]) * n_heads + h;
+                stats[split * (size_t)n_tokens * n_heads + at] = make_float2(m[r], l[r]);
+            }
+            return;
         }
     }
     // Every query sees at least its own position, so a live row has l > 0.
@@ -220,46 +292,44 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     float o[HD / 8][4];
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    for (u32 kb = k_first; kb <= p_last; kb += BK) {
-        float s[BK / 8][4];
-        if (!next_tile_scores<HD, BK, STRIDE>(s, qf, ks, vs, kc, vc, kb, p_last, tables, table,
-                                              block_size, kv_dim, kv_off, warp_live,
-                                              warp_last_pos, pos_r, row_ok, window, scale,
-                                              softcap)) {
-            continue;
-        }
-        // The s accumulators of key tiles 2k and 2k + 1, as weights, are the A fragment of
-        // keys 16k .. 16k + 15 (f16: the rounding the CPU applies).
+    walk_key_tiles<HD, BK, true>(
+        flash_shared, qf, kc, vc, kb_from, kb_end, p_last, tables, table, block_size, kv_dim,
+        kv_off, warp_live, warp_last_pos, pos_r, row_ok, window, scale, softcap,
+        [&](float (&s)[BK / 8][4], const u16* vs) {
+            // The s accumulators of key tiles 2k and 2k + 1, as weights, are the A fragment of
+            // keys 16k .. 16k + 15 (f16: the rounding the CPU applies).
 #pragma unroll
-        for (int k = 0; k < BK / 16; ++k) {
-            u32 a[4];
+            for (int k = 0; k < BK / 16; ++k) {
+                u32 a[4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float* t = s[2 * k + i / 2];
-                const int r = i % 2;
-                a[i] = pack_half2(expf(t[2 * r] - base[r]) * inv[r],
-                                  expf(t[2 * r + 1] - base[r]) * inv[r]);
+                for (int i = 0; i < 4; ++i) {
+                    const float* t = s[2 * k + i / 2];
+                    const int r = i % 2;
+                    a[i] = pack_half2(expf(t[2 * r] - base[r]) * inv[r],
+                                      expf(t[2 * r + 1] - base[r]) * inv[r]);
+                }
+                // Lane l names row (l % 8) + 8 ((l / 8) % 2) of dims + 8 (l / 16) of its
+                // matrix.
+                const int key = k * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+                const u32 row_addr = shared_address(vs + key * STRIDE + 8 * (lane / 16));
+#pragma unroll
+                for (int n = 0; n < HD / 8; n += 2) {
+                    u32 b0, b1, b2, b3;
+                    load_v_fragments(row_addr + n * 8 * 2, b0, b1, b2, b3);
+                    mma_f16(o[n], a, b0, b1);
+                    mma_f16(o[n + 1], a, b2, b3);
+                }
             }
-            // Lane l names row (l % 8) + 8 ((l / 8) % 2) of dims + 8 (l / 16) of its matrix.
-            const int key = k * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-            const u32 row_addr = shared_address(vs + key * STRIDE + 8 * (lane / 16));
-#pragma unroll
-            for (int n = 0; n < HD / 8; n += 2) {
-                u32 b0, b1, b2, b3;
-                load_v_fragments(row_addr + n * 8 * 2, b0, b1, b2, b3);
-                mma_f16(o[n], a, b0, b1);
-                mma_f16(o[n + 1], a, b2, b3);
-            }
-        }
-    }
+        });
 
     if (!warp_live) return;
     const size_t o_stride = (size_t)n_heads * HD;
+    // A split's part goes to its own slice of `parts`, summed by flash_combine.
+    float* dst_base = n_split > 1 ? parts + split * (size_t)n_tokens * o_stride : out;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const int row = r == 0 ? row0 : row1;
-        if (row >= nq) continue;
-        float* dst = out + (size_t)(t0 + row) * o_stride + h * HD + 2 * c;
+        if (!row_ok[r]) continue;
+        float* dst = dst_base + (size_t)(t0 + rows[r]) * o_stride + h * HD + 2 * c;
 #pragma unroll
         for (int n = 0; n < HD / 8; ++n) {
             dst[n * 8] = o[n][2 * r];
@@ -268,16 +338,32 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     }
 }
 
+// out[i] = Σ_z parts[z n + i] over the n_split parts of split flash attention, in split order.
+extern "C" __global__ void flash_combine(const float* __restrict__ parts, float* __restrict__ out,
+                                         int n_split, int n) {
+    await_previous_kernels();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float sum = 0.f;
+        for (int z = 0; z < n_split; ++z) sum += parts[z * (size_t)n + i];
+        out[i] = sum;
+    }
+}
+
 #define FLASH_PARAMS                                                                        \
     const float *q, const u16 *kc, const u16 *vc, float *out, const u32 *tok_pos,            \
         const u32 *seq_table, const u32 *tables, const u32 *tiles, int n_heads,              \
-        int n_kv_heads, int block_size, float scale, int window, float softcap
+        int n_kv_heads, int block_size, float scale, int window, float softcap, int n_split, \
+        int phase, int n_tokens, float2 *stats, float *parts
 #define FLASH_ARGS                                                                            \
     q, kc, vc, out, tok_pos, seq_table, tables, tiles, n_heads, n_kv_heads, block_size, scale, \
-        window, softcap
+        window, softcap, n_split, phase, n_tokens, stats, parts
 
 // One kernel per head size with a multiple of 16 (the mma's k); others keep model.cu's kernel.
-// BK keeps the two shared tiles under the 48 KiB of static shared memory.
+// BK keeps the two stages of K and V tiles under 70 KiB of shared memory (dynamic), so that
+// three blocks fit a multiprocessor. The 128-wide heads' kernel is held to the 168 registers
+// that let three fit (from 182; 32 bytes spilled): on an H100, pp512 after 8,192 tokens of
+// Qwen3-0.6B 26,200 -> 29,200 tok/s, Llama-3.1-8B 9,210 -> 9,730; after 2,048, 60,000 ->
+// 58,400 (BENCHMARKS.md, 2026-11-27, prompts after a long context).
 extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
 flash_prefill_hd16(FLASH_PARAMS) { flash_prefill<16, 64>(FLASH_ARGS); }
 extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
@@ -286,7 +372,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
 flash_prefill_hd64(FLASH_PARAMS) { flash_prefill<64, 64>(FLASH_ARGS); }
 extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
 flash_prefill_hd96(FLASH_PARAMS) { flash_prefill<96, 64>(FLASH_ARGS); }
-extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE, 3)
 flash_prefill_hd128(FLASH_PARAMS) { flash_prefill<128, 64>(FLASH_ARGS); }
 extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
 flash_prefill_hd256(FLASH_PARAMS) { flash_prefill<256, 32>(FLASH_ARGS); }

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 77] = [
+pub(crate) const KERNEL_NAMES: [&str; 78] = [
     "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
@@ -81,6 +81,7 @@ pub(crate) const KERNEL_NAMES: [&str; 77] = [
     "flash_prefill_hd96",
     "flash_prefill_hd128",
     "flash_prefill_hd256",
+    "flash_combine",
     "embed_mlx_rows",
     "rms_norm_quantize",
     "mmq_q8_0",

@@ -265,3 +265,33 @@ fn split_spans_past_the_kept_scores_match_the_cpu() {
     let p = params(32, n_heads, 1, None, None);
     check_steps(&gpu, &cpu, &p, &steps, &mut rng);
 }
+
+/// Prompt chunks whose spans are split across blocks (kernels/flash_prefill.cu, three
+/// launches; here from 128 keys): early tiles with fewer key tiles than splits (empty
+/// splits), chunks after cached positions, two sequences, windows, every flash head size.
+#[test]
+fn split_prompt_spans_match_the_cpu() {
+    let Some(gpu) = gpu() else {
+        return;
+    };
+    let gpu = gpu.with_flash_split_keys(64);
+    let cpu = CpuBackend::new(2).expect("cpu backend");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(25);
+    let cases = [
+        (128, 16, 8, None, None),
+        (64, 8, 2, Some(200), None),
+        (256, 4, 1, None, Some(50.0)),
+        (96, 6, 6, None, None),
+        (32, 4, 2, Some(7), Some(30.0)),
+        (16, 4, 4, None, None),
+    ];
+    let steps: [&[(usize, usize)]; 3] = [
+        &[(0, 300), (0, 40)],
+        &[(300, 130), (40, 64)],
+        &[(430, 1), (104, 1)],
+    ];
+    for (hd, n_heads, n_kv_heads, window, softcap) in cases {
+        let p = params(hd, n_heads, n_kv_heads, window, softcap);
+        check_steps(&gpu, &cpu, &p, &steps, &mut rng);
+    }
+}

@@ -6,7 +6,7 @@ use hearth_backend::{AttnBatch, AttnParams, BackendError};
 use super::launch::Arg;
 use super::mmq::takes_int8_activations;
 use super::staging::key_of;
-use super::state::{Quantized, State};
+use super::state::{Mode, Quantized, State};
 use super::{CudaBackend, CudaKvCache, CudaTensor};
 
 impl CudaBackend {
@@ -102,8 +102,6 @@ impl CudaBackend {
             )?;
         }
         if let Some(flash) = flash {
-            let tiles = flash_tiles(batch);
-            let tiles_at = self.stage_u32(st, key_of(batch.seqs, "flash tiles"), &tiles)?;
             let args = [
                 Arg::P(q.ptr),
                 Arg::P(kc),
@@ -112,7 +110,6 @@ impl CudaBackend {
                 Arg::P(tok_pos),
                 Arg::P(seq_table),
                 Arg::P(tables),
-                Arg::P(tiles_at),
                 Arg::I(p.n_heads as i32),
                 Arg::I(p.n_kv_heads as i32),
                 Arg::I(bs),
@@ -120,8 +117,7 @@ impl CudaBackend {
                 Arg::I(p.window.map_or(0, |w| w as i32)),
                 Arg::F(p.softcap.unwrap_or(0.0)),
             ];
-            let grid = ((tiles.len() / 3) as u32, p.n_heads as u32);
-            return Ok(self.launch(st, flash, grid, FLASH_THREADS, &args)?);
+            return self.launch_flash_prefill(st, flash, batch, p, out, &args);
         }
         // Outputs headed for the o projection's int8 GEMV get their 8-bit copy here, which
         // saves that GEMV a quantize launch (whole 32-value groups within each head only).
@@ -275,6 +271,85 @@ impl CudaBackend {
         Ok(true)
     }
 
+    /// Flash attention over a prompt chunk (kernels/flash_prefill.cu), its spans split across
+    /// blocks where `flash_splits` says so. `args`: the kernel's arguments up to the tiles,
+    /// which this stages, and without the split ones.
+    fn launch_flash_prefill(
+        &self,
+        st: &mut State,
+        name: &'static str,
+        batch: &AttnBatch,
+        p: &AttnParams,
+        out: &CudaTensor,
+        args: &[Arg; 13],
+    ) -> Result<(), BackendError> {
+        let tiles = flash_tiles(batch);
+        let tiles_at = self.stage_u32(st, key_of(batch.seqs, "flash tiles"), &tiles)?;
+        let n_tiles = tiles.len() / 3;
+        let n = out.rows;
+        let longest = batch
+            .seqs
+            .iter()
+            .map(|s| {
+                let end = s.first_pos + s.n_tokens;
+                p.window.map_or(end, |w| end.min(w + FLASH_ROWS))
+            })
+            .max()
+            .unwrap_or(0);
+        let n_split = if st.mode == Mode::Eager {
+            self.flash_splits(n_tiles * p.n_heads, longest)
+        } else {
+            1
+        };
+        let with = |n_split: u32, phase: i32, stats: u64, parts: u64| {
+            let mut all = args[..7].to_vec();
+            all.push(Arg::P(tiles_at));
+            all.extend_from_slice(&args[7..]);
+            all.extend([
+                Arg::I(n_split as i32),
+                Arg::I(phase),
+                Arg::I(n as i32),
+                Arg::P(stats),
+                Arg::P(parts),
+            ]);
+            all
+        };
+        let grid = |n_split: u32| (n_tiles as u32, p.n_heads as u32 * n_split);
+        let shared = flash_shared_bytes(p.head_dim);
+        if n_split == 1 {
+            let all = with(1, 0, 0, 0);
+            return Ok(self.launch_with_shared(st, name, grid(1), FLASH_THREADS, shared, &all)?);
+        }
+        let stream = self.dev.stream().clone();
+        let stats_bytes = n_split as usize * n * p.n_heads * 8;
+        let parts_bytes = n_split as usize * out.len() * 4;
+        let stats = st.arena.alloc(&stream, stats_bytes, true)?;
+        let parts = st.arena.alloc(&stream, parts_bytes, true)?;
+        for phase in [1, 2] {
+            let all = with(n_split, phase, stats, parts);
+            self.launch_with_shared(st, name, grid(n_split), FLASH_THREADS, shared, &all)?;
+        }
+        let combine = [Arg::P(parts), Arg::P(out.ptr), Arg::I(n_split as i32)];
+        self.launch_elementwise(st, "flash_combine", &combine, out.len())?;
+        // The next kernel that could be handed this memory waits for these before writing.
+        st.arena.give_back(parts, parts_bytes);
+        st.arena.give_back(stats, stats_bytes);
+        Ok(())
+    }
+
+    /// How many blocks share each (query tile, head) of a prompt chunk's flash attention whose
+    /// longest span holds `span` keys, its (tile, head) pairs being `blocks`: one, unless the
+    /// spans hold at least twice `flash_split_keys` keys and the pairs alone would leave the
+    /// GPU short of blocks (FLASH_BLOCKS_PER_SM). Each block walks every key of its span
+    /// twice, so after thousands of cached positions a 512-token chunk of Qwen3-0.6B's 128
+    /// blocks ran at 0.39x llama.cpp's speed (H100, 8,192 positions before the chunk).
+    fn flash_splits(&self, blocks: usize, span: usize) -> u32 {
+        let by_keys = span / self.flash_split_keys;
+        let wanted =
+            (FLASH_BLOCKS_PER_SM * self.dev.info().sm_count as usize).div_ceil(blocks.max(1));
+        by_keys.min(wanted).clamp(1, FLASH_MAX_SPLITS) as u32
+    }
+
     /// The batch's new keys and values into their f16 cache slots (kernels/model.cu).
     #[allow(clippy::too_many_arguments)]
     fn launch_kv_write(
@@ -330,9 +405,28 @@ const _: () = assert!(ATTN_MAX_SPLITS <= ATTN_SPLIT_MIN && ATTN_MAX_SPLITS <= 32
 /// dependent kernel a layer); from 128 positions and from 512 measured alike after 512 tokens
 /// of context (815 / 800 and 798 / 819 tok/s, one block a head 686 / 685).
 pub(super) const ATTN_SPLIT_FROM: usize = 512;
+/// Fewest keys a block of split prompt attention walks (`flash_splits`), unless
+/// `HEARTH_CUDA_FLASH_SPLIT_KEYS` says otherwise.
+/// NOTE (H100, Qwen3-0.6B Q8_0, pp512, before the kernel's copies were asynchronous, two
+/// rounds): after 2,048 tokens 512 gave 43,978 / 44,176 tok/s and 1,024 45,306 / 45,195
+/// (two splits, not five: one round of blocks); after 8,192 both 17,650-17,730.
+pub(super) const FLASH_SPLIT_KEYS: usize = 1024;
+/// Blocks a multiprocessor should get before prompt attention stops splitting spans: about
+/// three of the flash kernel's blocks fit one at a time (registers), so this is two rounds.
+const FLASH_BLOCKS_PER_SM: usize = 6;
+/// Most blocks sharing one (tile, head).
+const FLASH_MAX_SPLITS: usize = 16;
 /// Query rows of one flash-attention block (4 warps of 16) and its threads.
 const FLASH_ROWS: usize = 64;
 const FLASH_THREADS: u32 = 128;
+
+/// Dynamic shared memory of the flash kernel for a head size: two stages of a K and a V tile
+/// of BK keys (64; 32 for 256-wide heads) with rows padded by 8 values (kernels/flash_prefill.cu
+/// `flash_tile_words`).
+fn flash_shared_bytes(head_dim: usize) -> u32 {
+    let keys = if head_dim > 128 { 32 } else { 64 };
+    (2 * 2 * keys * (head_dim + 8) * 2) as u32
+}
 
 /// The flash-attention prompt kernel for a head size: the mma's k is 16.
 fn flash_prefill_kernel(head_dim: usize) -> Option<&'static str> {

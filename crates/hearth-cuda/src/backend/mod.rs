@@ -148,6 +148,9 @@ pub struct CudaBackend {
     /// Longest sequence from which few-token steps split attention heads across blocks
     /// (`attention.rs` `attention_splits`; `HEARTH_CUDA_ATTN_SPLIT_FROM` for measurements).
     attn_split_from: usize,
+    /// Fewest keys a block of split prompt attention walks (`attention.rs` `flash_splits`;
+    /// `HEARTH_CUDA_FLASH_SPLIT_KEYS` for measurements).
+    flash_split_keys: usize,
 }
 
 impl CudaBackend {
@@ -181,6 +184,8 @@ impl CudaBackend {
             wide_attention_set: measurement_setting("HEARTH_CUDA_ATTN_WIDE", 0..=1).map(|v| v == 1),
             attn_split_from: measurement_setting("HEARTH_CUDA_ATTN_SPLIT_FROM", 0..=1 << 30)
                 .unwrap_or(attention::ATTN_SPLIT_FROM),
+            flash_split_keys: measurement_setting("HEARTH_CUDA_FLASH_SPLIT_KEYS", 1..=1 << 30)
+                .unwrap_or(attention::FLASH_SPLIT_KEYS),
         })
     }
 
@@ -196,6 +201,14 @@ impl CudaBackend {
     /// step, `usize::MAX` none (`attention.rs` `attention_splits`).
     pub fn with_attention_split_from(mut self, positions: usize) -> Self {
         self.attn_split_from = positions;
+        self
+    }
+
+    /// Sets the fewest keys a block of split prompt attention walks, whatever
+    /// `HEARTH_CUDA_FLASH_SPLIT_KEYS` says: a prompt chunk splits its spans once they hold
+    /// twice this many keys; `usize::MAX` never splits (`attention.rs` `flash_splits`).
+    pub fn with_flash_split_keys(mut self, keys: usize) -> Self {
+        self.flash_split_keys = keys.max(1);
         self
     }
 
