@@ -423,6 +423,9 @@ const FLASH_THREADS: u32 = 128;
 /// Dynamic shared memory of the flash kernel for a head size: two stages of a K and a V tile
 /// of BK keys (64; 32 for 256-wide heads) with rows padded by 8 values (kernels/flash_prefill.cu
 /// `flash_tile_words`).
+/// NOTE: about 70 KB for 128-wide heads. GPUs with 100 KB of shared memory a multiprocessor
+/// (sm_86, sm_89) then hold one block where the one-stage kernel's 35 KB let two; measured only
+/// on H100s.
 fn flash_shared_bytes(head_dim: usize) -> u32 {
     let keys = if head_dim > 128 { 32 } else { 64 };
     (2 * 2 * keys * (head_dim + 8) * 2) as u32
