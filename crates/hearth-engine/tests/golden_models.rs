@@ -66,6 +66,11 @@ struct DeviceCheck {
 /// module note).
 fn noise(name: &str) -> f32 {
     let g: LogitsGolden = read_json(&golden_dir(name).join("logits.json"));
+    noise_of(name, &g)
+}
+
+/// [`noise`] from model `name`'s logits golden, already read.
+fn noise_of(name: &str, g: &LogitsGolden) -> f32 {
     let mut noise = g.self_check.max_top10_diff.max(MIN_NOISE);
     let device_check = golden_dir(name).join("device_check.json");
     if matches!(test_device(), Device::Cuda(_)) && device_check.exists() {
@@ -111,7 +116,7 @@ fn check_logits(name: &str) {
     let logits = engine
         .step_rows(&mut seq, &g.ids, &rows)
         .expect("forward pass");
-    let noise = noise(name);
+    let noise = noise_of(name, &g);
     let bound = NOISE_FACTOR * noise;
     let (mut decisive, mut agree) = (0, 0);
     let mut worst = (0.0f32, 0usize, 0u32);
