@@ -133,6 +133,49 @@ pub trait Backend: Send + Sync {
         out.extend(values.chunks(cols.max(1)).map(hearth_sampler::argmax));
         Ok(())
     }
+
+    /// Whether this backend chains greedy decode steps: a pass may take its tokens from the
+    /// ids the chained argmax before it left on the device ([`Self::embed_chained`]) and bring
+    /// its own ids back later ([`Self::argmax_rows_chained`], [`Self::take_chained_argmax`]),
+    /// so that the next step is queued while this one runs. A GPU then never waits for the
+    /// host between steps. Backends that answer false need none of the three.
+    fn chains_argmax(&self) -> bool {
+        false
+    }
+    /// [`Self::begin_forward`] for a pass that ends in [`Self::argmax_rows_chained`]: the
+    /// chained passes before it may still be running.
+    fn begin_chained_forward(&self, key: Option<u64>) {
+        self.begin_forward(key);
+    }
+    /// [`Self::embed`] of the ids the last [`Self::argmax_rows_chained`] found, row for row
+    /// (`out` has as many rows as that argmax had).
+    fn embed_chained(
+        &self,
+        table: &Self::Weight,
+        out: &mut Self::Tensor,
+    ) -> Result<(), BackendError> {
+        let _ = (table, out);
+        Err(BackendError::Unsupported(
+            "this backend does not chain decode steps".into(),
+        ))
+    }
+    /// [`Self::argmax_rows`] without waiting for the result: the ids stay where the next
+    /// [`Self::embed_chained`] reads them, and [`Self::take_chained_argmax`] brings them back.
+    fn argmax_rows_chained(&self, t: &Self::Tensor) -> Result<(), BackendError> {
+        let _ = t;
+        Err(BackendError::Unsupported(
+            "this backend does not chain decode steps".into(),
+        ))
+    }
+    /// Waits for the oldest [`Self::argmax_rows_chained`] not yet taken and writes its ids into
+    /// `out` (replacing what it held).
+    fn take_chained_argmax(&self, out: &mut Vec<u32>) -> Result<(), BackendError> {
+        let _ = out;
+        Err(BackendError::Unsupported(
+            "no chained decode step is waiting to be taken".into(),
+        ))
+    }
+
     /// The `k` best values of each row of `t` (`1 <= k <= cols`), best first, appended as
     /// `k` candidates per row to `out` (replacing what it held): `hearth_sampler::best_of_rows`'s
     /// selection and order (higher value, then lower index; NaN as -inf). What sampling with a

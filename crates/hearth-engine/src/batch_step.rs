@@ -1,11 +1,11 @@
 //! One forward step over several sequences at once.
 
 use hearth_backend::AttnSeq;
-use hearth_models::Batch;
+use hearth_models::{Batch, ModelError};
 use hearth_sampler::Candidate;
 
 use crate::engine::BLOCK_SIZE;
-use crate::runner::Want;
+use crate::runner::{ModelRunner, StepBuffers, Want};
 use crate::{Engine, EngineError, Sequence};
 
 /// One sequence's share of a step: the tokens it runs next and which of them need logits.
@@ -74,6 +74,18 @@ impl Engine {
     }
 
     fn run_step(&mut self, work: &mut [SeqStep], want: Want) -> Result<(), EngineError> {
+        self.run_step_with(work, |runner, batch, out| {
+            runner.forward(want, batch, BLOCK_SIZE, out)
+        })
+    }
+
+    /// Checks `work`, reserves its KV slots, and runs `forward` on its batch; on success every
+    /// sequence takes its tokens, on failure each gives back what it reserved.
+    pub(crate) fn run_step_with(
+        &mut self,
+        work: &mut [SeqStep],
+        forward: impl FnOnce(&mut dyn ModelRunner, &Batch, &mut StepBuffers) -> Result<(), ModelError>,
+    ) -> Result<(), EngineError> {
         for w in work.iter() {
             let end = w.seq.tokens.len() + w.tokens.len();
             if w.tokens.is_empty() {
@@ -127,7 +139,7 @@ impl Engine {
             seqs: &seqs,
             logits_rows: &logits_rows,
         };
-        let result = self.runner.forward(want, &batch, BLOCK_SIZE, &mut self.out);
+        let result = forward(self.runner.as_mut(), &batch, &mut self.out);
         drop(seqs);
         if let Err(e) = result {
             self.roll_back(work, &before);

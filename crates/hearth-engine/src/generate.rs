@@ -109,35 +109,55 @@ impl Engine {
         };
         let tokenizer = self.tokenizer.clone();
         let mut decoder = StreamDecoder::new(&tokenizer);
-        while report.n_generated < max_tokens {
-            let token = match &next {
-                Next::Token(t) => *t,
-                Next::Best(best) => sampler.sample_best(best, seq.tokens()),
-                Next::Logits(logits) => sampler.sample(logits, seq.tokens()),
-            };
+        // Takes one generated token; false when generation ends with it.
+        let mut take = |token: u32, report: &mut GenerationReport| {
             report.n_generated += 1;
             report.tokens.push(token);
             if tokenizer.is_eog(token) {
                 report.finish = FinishReason::Stop;
-                break;
+                return false;
             }
             let text = decoder.push(token);
             if !text.is_empty() && !on_text(&text) {
                 report.finish = FinishReason::Cancelled;
-                break;
+                return false;
             }
-            if report.n_generated == max_tokens {
-                break;
+            true
+        };
+        if let Next::Token(first) = next {
+            // Greedy decoding runs its steps in `decode_greedy`, which may queue each one
+            // before the token it runs has come back.
+            if max_tokens > 0 && take(first, &mut report) {
+                let steps = (max_tokens - 1).min(self.n_ctx().saturating_sub(seq.len()));
+                let mut ended = false;
+                self.decode_greedy(seq, first, steps, |token| {
+                    ended = !take(token, &mut report);
+                    !ended
+                })?;
+                if !ended && report.n_generated < max_tokens {
+                    report.finish = FinishReason::ContextFull;
+                }
             }
-            if seq.len() + 1 > self.n_ctx() {
-                report.finish = FinishReason::ContextFull;
-                break;
+        } else {
+            while report.n_generated < max_tokens {
+                let token = match &next {
+                    Next::Token(t) => *t,
+                    Next::Best(best) => sampler.sample_best(best, seq.tokens()),
+                    Next::Logits(logits) => sampler.sample(logits, seq.tokens()),
+                };
+                if !take(token, &mut report) || report.n_generated == max_tokens {
+                    break;
+                }
+                if seq.len() + 1 > self.n_ctx() {
+                    report.finish = FinishReason::ContextFull;
+                    break;
+                }
+                next = match path {
+                    Path::Argmax => Next::Token(self.step_argmax(seq, &[token])?),
+                    Path::Best(k) => Next::Best(self.step_best(seq, &[token], k)?),
+                    Path::Logits => Next::Logits(self.step(seq, &[token])?),
+                };
             }
-            next = match path {
-                Path::Argmax => Next::Token(self.step_argmax(seq, &[token])?),
-                Path::Best(k) => Next::Best(self.step_best(seq, &[token], k)?),
-                Path::Logits => Next::Logits(self.step(seq, &[token])?),
-            };
         }
         let rest = decoder.finish();
         if !rest.is_empty() {

@@ -10,6 +10,7 @@ pub mod embed;
 mod engine;
 mod error;
 mod generate;
+mod greedy;
 mod plan_step;
 mod prompt;
 mod runner;

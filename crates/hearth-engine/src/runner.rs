@@ -93,6 +93,17 @@ pub(crate) trait ModelRunner: Send {
         block_size: usize,
         out: &mut StepBuffers,
     ) -> Result<(), ModelError>;
+    /// Whether [`Self::forward_chained`] runs here ([`DecoderModel::chains_argmax`]).
+    fn chains_argmax(&self) -> bool;
+    /// A greedy step that does not wait for its ids ([`DecoderModel::forward_argmax_chained`]).
+    fn forward_chained(
+        &mut self,
+        batch: &Batch,
+        block_size: usize,
+        tokens_on_device: bool,
+    ) -> Result<(), ModelError>;
+    /// The ids of the oldest chained step not yet taken ([`DecoderModel::take_chained_argmax`]).
+    fn take_chained(&mut self, ids: &mut Vec<u32>) -> Result<(), ModelError>;
     fn set_tracing(&self, on: bool);
     fn take_trace(&self) -> Vec<f32>;
 }
@@ -121,6 +132,24 @@ impl<B: Backend> ModelRunner for Loaded<B> {
             Want::Argmax => m.forward_argmax_into(be, batch, cache, block_size, &mut out.argmax),
             Want::Best(k) => m.forward_best_into(be, batch, cache, block_size, k, &mut out.best),
         }
+    }
+
+    fn chains_argmax(&self) -> bool {
+        self.model.chains_argmax(&self.backend)
+    }
+
+    fn forward_chained(
+        &mut self,
+        batch: &Batch,
+        block_size: usize,
+        tokens_on_device: bool,
+    ) -> Result<(), ModelError> {
+        let (m, be, cache) = (&self.model, &self.backend, &mut self.cache);
+        m.forward_argmax_chained(be, batch, cache, block_size, tokens_on_device)
+    }
+
+    fn take_chained(&mut self, ids: &mut Vec<u32>) -> Result<(), ModelError> {
+        self.model.take_chained_argmax(&self.backend, ids)
     }
 
     fn set_tracing(&self, on: bool) {

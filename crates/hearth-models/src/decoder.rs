@@ -93,6 +93,10 @@ enum Head<'a> {
     Argmax(&'a mut Vec<u32>),
     /// The `k` best candidates of each row (see [`Backend::top_k_rows`]).
     Best(usize, &'a mut Vec<Candidate>),
+    /// Each row's argmax, left on the device for the next chained pass and brought back
+    /// later (see [`Backend::argmax_rows_chained`]); `tokens_on_device`: this pass's own
+    /// tokens are the ids the chained pass before it found, not the batch's.
+    Chained { tokens_on_device: bool },
 }
 
 /// Set in a replay key (see [`DecoderModel::graph_key`]) for passes that end in
@@ -105,6 +109,11 @@ const BEST_K_SHIFT: u32 = 40;
 /// Set in a replay key for decode steps over sequences long enough that the backend runs
 /// other kernels ([`Backend::long_context_step`]).
 const LONG_CONTEXT_KEY: u64 = 1 << 35;
+/// Set in a replay key for passes that end in [`Head::Chained`], and with
+/// [`TOKENS_ON_DEVICE_KEY`] for those whose tokens come from the pass before: the first
+/// embeds staged ids, the second the ones on the device.
+const CHAINED_KEY: u64 = 1 << 36;
+const TOKENS_ON_DEVICE_KEY: u64 = 1 << 37;
 
 /// A decoder-only transformer on backend `B`.
 pub struct DecoderModel<B: Backend> {
@@ -309,6 +318,56 @@ impl<B: Backend> DecoderModel<B> {
         self.run_pass(backend, batch, cache, block_size, key, Head::Best(k, best))
     }
 
+    /// Whether [`Self::forward_argmax_chained`] runs on `backend`: the backend chains decode
+    /// steps, and the argmax needs nothing done on the host first (a final soft-cap's tanh is).
+    pub fn chains_argmax(&self, backend: &B) -> bool {
+        backend.chains_argmax() && self.config.final_softcap.is_none()
+    }
+
+    /// A greedy decode step that does not wait for its result: like
+    /// [`Self::forward_argmax_into`], but the ids stay on the device for the next chained
+    /// step and come back through [`Self::take_chained_argmax`], so that the next step can be
+    /// queued while this one runs. `tokens_on_device`: run the ids the chained step before
+    /// found, row for row, in place of `batch.tokens` (whose values are then not read; the
+    /// batch still says where each row goes).
+    pub fn forward_argmax_chained(
+        &self,
+        backend: &B,
+        batch: &Batch,
+        cache: &mut B::KvCache,
+        block_size: usize,
+        tokens_on_device: bool,
+    ) -> Result<(), ModelError> {
+        if !self.chains_argmax(backend) {
+            return Err(ModelError::BadBatch(
+                "chained greedy steps are not available on this backend and model".into(),
+            ));
+        }
+        let on_device = if tokens_on_device {
+            TOKENS_ON_DEVICE_KEY
+        } else {
+            0
+        };
+        let key = self
+            .graph_key(backend, batch)
+            .map(|k| k | CHAINED_KEY | on_device);
+        let head = Head::Chained { tokens_on_device };
+        self.check_batch(batch, block_size)?;
+        if batch.tokens.is_empty() || batch.logits_rows.len() != batch.tokens.len() {
+            return Err(ModelError::BadBatch(
+                "a chained step wants the argmax of every one of its rows".into(),
+            ));
+        }
+        backend.begin_chained_forward(key);
+        backend.run(|| self.forward_on(backend, batch, cache, block_size, head))
+    }
+
+    /// The ids of the oldest [`Self::forward_argmax_chained`] step not yet taken, waiting for
+    /// it to finish.
+    pub fn take_chained_argmax(&self, backend: &B, ids: &mut Vec<u32>) -> Result<(), ModelError> {
+        Ok(backend.take_chained_argmax(ids)?)
+    }
+
     /// Like [`Self::forward_into`], but writes the final hidden states (after the final norm,
     /// before the output projection) of `batch.logits_rows`, `[logits_rows.len(), n_embd]`:
     /// what decoder-only embedding models pool.
@@ -407,7 +466,12 @@ impl<B: Backend> DecoderModel<B> {
     ) -> Result<(), ModelError> {
         let c = &self.config;
         let mut x = be.alloc(batch.tokens.len(), c.n_embd)?; // [n_tokens, n_embd]
-        be.embed(&self.tok_embd, batch.tokens, &mut x)?;
+        match head {
+            Head::Chained {
+                tokens_on_device: true,
+            } => be.embed_chained(&self.tok_embd, &mut x)?,
+            _ => be.embed(&self.tok_embd, batch.tokens, &mut x)?,
+        }
         if let Some(s) = c.embed_scale {
             be.scale(&mut x, s)?;
         }
@@ -473,6 +537,7 @@ impl<B: Backend> DecoderModel<B> {
         let Some(cap) = c.final_softcap else {
             match head {
                 Head::Argmax(ids) => be.argmax_rows(&logits, ids)?,
+                Head::Chained { .. } => be.argmax_rows_chained(&logits)?,
                 Head::Best(k, best) => be.top_k_rows(&logits, k, best)?,
                 Head::Logits(out) => be.to_host_values(&logits, out)?,
                 Head::Hidden(out) => be.to_host_into(&logits, out)?,
@@ -498,6 +563,11 @@ impl<B: Backend> DecoderModel<B> {
                 be.to_host_into(&logits, &mut values)?;
                 soft_cap(&mut values);
                 ids.extend(values.chunks(c.n_vocab).map(hearth_sampler::argmax));
+            }
+            Head::Chained { .. } => {
+                return Err(ModelError::BadBatch(
+                    "a chained greedy step over soft-capped logits".into(),
+                ))
             }
             Head::Best(k, best) => {
                 // As the argmax: selected after the tanh, on the host.

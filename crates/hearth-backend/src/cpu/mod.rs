@@ -5,7 +5,8 @@ mod attention;
 mod ops;
 mod simd;
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use hearth_quant::{GgmlType, WeightMatrix};
 
@@ -81,6 +82,17 @@ pub struct CpuKvCache {
 pub struct CpuBackend {
     pool: rayon::ThreadPool,
     n_threads: usize,
+    chained: Mutex<ChainedIds>,
+}
+
+/// What chained decode steps leave behind: the CPU finds each argmax at once, so chaining
+/// only keeps the engine's pipelined greedy loop the same on every backend.
+#[derive(Default)]
+struct ChainedIds {
+    /// The last chained argmax's ids, which the next `embed_chained` reads.
+    last: Vec<u32>,
+    /// Ids not yet taken, oldest first.
+    waiting: VecDeque<Vec<u32>>,
 }
 
 impl CpuBackend {
@@ -92,11 +104,21 @@ impl CpuBackend {
             .build()
             .map_err(|e| BackendError::Unsupported(format!("cannot start threads: {e}")))?;
         let n_threads = pool.current_num_threads();
-        Ok(Self { pool, n_threads })
+        Ok(Self {
+            pool,
+            n_threads,
+            chained: Mutex::default(),
+        })
     }
 
     pub fn n_threads(&self) -> usize {
         self.n_threads
+    }
+
+    fn chained(&self) -> Result<MutexGuard<'_, ChainedIds>, BackendError> {
+        self.chained
+            .lock()
+            .map_err(|_| BackendError::Unsupported("chained ids poisoned by a panic".into()))
     }
 }
 
@@ -216,6 +238,38 @@ impl Backend for CpuBackend {
 
     fn shape(&self, t: &CpuTensor) -> (usize, usize) {
         (t.rows, t.cols)
+    }
+
+    fn chains_argmax(&self) -> bool {
+        true
+    }
+
+    fn embed_chained(&self, table: &CpuWeight, out: &mut CpuTensor) -> Result<(), BackendError> {
+        let tokens = self.chained()?.last.clone();
+        if tokens.len() != out.rows {
+            return Err(BackendError::Unsupported(format!(
+                "a chained step of {} rows after an argmax of {}",
+                out.rows,
+                tokens.len()
+            )));
+        }
+        self.embed(table, &tokens, out)
+    }
+
+    fn argmax_rows_chained(&self, t: &CpuTensor) -> Result<(), BackendError> {
+        let mut ids = Vec::new();
+        self.argmax_rows(t, &mut ids)?;
+        let mut chained = self.chained()?;
+        chained.last.clone_from(&ids);
+        chained.waiting.push_back(ids);
+        Ok(())
+    }
+
+    fn take_chained_argmax(&self, out: &mut Vec<u32>) -> Result<(), BackendError> {
+        *out = self.chained()?.waiting.pop_front().ok_or_else(|| {
+            BackendError::Unsupported("no chained decode step is waiting to be taken".into())
+        })?;
+        Ok(())
     }
 
     fn embed(

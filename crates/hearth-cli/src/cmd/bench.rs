@@ -30,8 +30,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     parallel: usize,
     /// Generation steps bring back only each sequence's most likely next token, found on the
-    /// device, as greedy requests run (temperature 0, no penalties, no logprobs); without
-    /// it they bring back the logits, as llama-bench does
+    /// device, as greedy requests run (temperature 0, no penalties, no logprobs); one
+    /// sequence then decodes as `hearth run` does, each step queued before the token it runs
+    /// has come back where the backend can. Without it steps bring back the logits, as
+    /// llama-bench does
     #[arg(long, conflicts_with = "sample")]
     greedy: bool,
     /// Generation steps also draw each sequence's next token with the default sampling
@@ -274,6 +276,16 @@ fn generation_test(
         .first()
         .and_then(Sampler::best_needed)
         .filter(|&k| k <= MAX_DEVICE_TOP_K);
+    if decode == Decode::Greedy && parallel == 1 {
+        // NOTE: one greedy sequence decodes as `hearth run` does (`Engine::decode_greedy`):
+        // where the backend chains steps, each is queued before the token it runs has come
+        // back, so the tokens run are the model's own picks rather than fixed ones.
+        let t = Instant::now();
+        let steps = engine.decode_greedy(&mut seqs[0], tokens[0], n_gen, |_| true)?;
+        let tok_s = steps as f64 / t.elapsed().as_secs_f64();
+        engine.release(&mut seqs[0]);
+        return Ok(tok_s);
+    }
     let t = Instant::now();
     for i in 0..n_gen {
         let mut work: Vec<SeqStep> = seqs

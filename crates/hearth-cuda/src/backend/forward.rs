@@ -8,10 +8,13 @@ use super::state::{self, Mode, State};
 use super::{CudaBackend, CudaTensor};
 
 impl CudaBackend {
-    pub(super) fn start_forward(&self, key: Option<u64>) {
-        let Ok(mut st) = self.state() else {
+    /// Starts a pass with replay key `key`; `chained`: one that ends in a chained argmax
+    /// (`chained.rs`), which may begin while the passes before it still run.
+    pub(super) fn start_forward(&self, key: Option<u64>, chained: bool) {
+        let Ok(mut guard) = self.state() else {
             return;
         };
+        let st = &mut *guard;
         let _ = self.dev.context().bind_to_thread();
         // A pass that failed while recording left the capture open: close and discard it.
         if let Mode::Record(k) = st.mode {
@@ -22,8 +25,9 @@ impl CudaBackend {
             st.unrecordable.insert(k);
         }
         // The last pass may have ended without reading anything back (a prompt chunk that
-        // wants no logits): its copies must finish before the staging buffer is reused.
-        let _ = self.dev.synchronize();
+        // wants no logits): its copies must finish before the staging buffer is reused. A
+        // chained pass waits only for the pass whose buffer it takes.
+        let key = self.start_chain(st, key, chained);
         st.arena.reset();
         st.pinned.reset();
         st.staged.clear();
@@ -42,7 +46,7 @@ impl CudaBackend {
 
     /// Ends the pass's queueing before something is read back: a recording is closed and
     /// instantiated, and a recorded step (new or replayed) is launched.
-    fn finish_pass(&self, st: &mut State) -> Result<(), BackendError> {
+    pub(super) fn finish_pass(&self, st: &mut State) -> Result<(), BackendError> {
         let stream = self.dev.stream();
         match st.mode {
             Mode::Eager => {}

@@ -8,6 +8,7 @@
 mod argmax;
 mod attention;
 mod blas;
+mod chained;
 mod decode_layers;
 mod dependent_launch;
 mod forward;
@@ -282,7 +283,30 @@ impl Backend for CudaBackend {
     }
 
     fn begin_forward(&self, key: Option<u64>) {
-        self.start_forward(key);
+        self.start_forward(key, false);
+    }
+
+    fn chains_argmax(&self) -> bool {
+        true
+    }
+
+    fn begin_chained_forward(&self, key: Option<u64>) {
+        self.start_forward(key, true);
+    }
+
+    fn embed_chained(&self, table: &CudaWeight, out: &mut CudaTensor) -> Result<(), BackendError> {
+        self.embed_last_chained(table, out)
+    }
+
+    fn argmax_rows_chained(&self, t: &CudaTensor) -> Result<(), BackendError> {
+        check(t.cols > 0 && i32::try_from(t.cols).is_ok(), || {
+            format!("argmax over rows of {} values", t.cols)
+        })?;
+        self.queue_chained_argmax(t)
+    }
+
+    fn take_chained_argmax(&self, out: &mut Vec<u32>) -> Result<(), BackendError> {
+        self.take_chained(out)
     }
 
     fn long_context_step(&self, context: usize) -> bool {

@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 
 use cudarc::driver::{CudaEvent, CudaGraph};
 
+use super::chained::Chain;
 use super::decode_layers::DecodeLayersState;
 use super::memory::{Arena, Kept, Pinned};
 
@@ -81,6 +82,8 @@ pub(super) struct State {
     /// them out again (`tensor_at` counts how many it has).
     pub tensor_log: HashMap<u64, Vec<u64>>,
     pub tensor_at: usize,
+    /// Chained greedy steps' buffers and the ids not yet taken (`chained.rs`).
+    pub chain: Chain,
 }
 
 /// A tensor's f16 copy: the tensor's address, the copy's, and the copy's size.
@@ -118,6 +121,7 @@ impl State {
             decode_layers: DecodeLayersState::default(),
             tensor_log: HashMap::new(),
             tensor_at: 0,
+            chain: Chain::new(),
         }
     }
 
