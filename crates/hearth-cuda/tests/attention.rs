@@ -218,7 +218,7 @@ fn long_spans_match_the_cpu() {
 
 /// Decode steps whose heads' positions are split across blocks (kernels/attention_split.cu;
 /// every step splits here): spans of one split (one position, or a window of 40), of two or
-/// three, and of many; each head size, grouped heads, soft-capping.
+/// three, and of many; each head size, grouped heads (groups of 1 to 4), soft-capping.
 #[test]
 fn split_heads_match_the_cpu() {
     let Some(gpu) = gpu() else {
@@ -234,6 +234,9 @@ fn split_heads_match_the_cpu() {
         (256, 4, 1, None, Some(50.0)),
         (32, 4, 2, None, Some(30.0)),
         (80, 4, 2, None, None),
+        // Groups of one and of three.
+        (128, 4, 4, None, None),
+        (64, 6, 2, Some(300), None),
     ];
     // Three sequences decoding together (wide blocks, a few splits a head), with prompts
     // between their first and their later decode steps.
