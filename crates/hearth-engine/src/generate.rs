@@ -46,10 +46,10 @@ pub struct GenerationReport {
 /// What a step left for picking the next token.
 enum Next {
     Logits(Vec<f32>),
-    /// Picked on the device already.
+    /// Picked on the device already (greedy decoding, whose later steps `decode_greedy` runs).
     Token(u32),
-    /// The row's best candidates, selected on the device.
-    Best(Vec<Candidate>),
+    /// The row's `k` best candidates, selected on the device.
+    Best(usize, Vec<Candidate>),
 }
 
 /// What each step brings back for `generate`: the least the sampler needs.
@@ -93,7 +93,7 @@ impl Engine {
         let path = Path::of(sampler);
         let mut next = match path {
             Path::Argmax => Next::Token(self.feed_argmax(seq, prompt)?),
-            Path::Best(k) => Next::Best(self.feed_best(seq, prompt, k)?),
+            Path::Best(k) => Next::Best(k, self.feed_best(seq, prompt, k)?),
             Path::Logits => Next::Logits(self.feed(seq, prompt)?),
         };
         let prompt_time = t0.elapsed();
@@ -141,9 +141,9 @@ impl Engine {
         } else {
             while report.n_generated < max_tokens {
                 let token = match &next {
-                    Next::Token(t) => *t,
-                    Next::Best(best) => sampler.sample_best(best, seq.tokens()),
+                    Next::Best(_, best) => sampler.sample_best(best, seq.tokens()),
                     Next::Logits(logits) => sampler.sample(logits, seq.tokens()),
+                    Next::Token(t) => *t,
                 };
                 if !take(token, &mut report) || report.n_generated == max_tokens {
                     break;
@@ -152,10 +152,10 @@ impl Engine {
                     report.finish = FinishReason::ContextFull;
                     break;
                 }
-                next = match path {
-                    Path::Argmax => Next::Token(self.step_argmax(seq, &[token])?),
-                    Path::Best(k) => Next::Best(self.step_best(seq, &[token], k)?),
-                    Path::Logits => Next::Logits(self.step(seq, &[token])?),
+                next = match next {
+                    Next::Best(k, _) => Next::Best(k, self.step_best(seq, &[token], k)?),
+                    Next::Logits(_) => Next::Logits(self.step(seq, &[token])?),
+                    Next::Token(_) => Next::Token(self.step_argmax(seq, &[token])?),
                 };
             }
         }
