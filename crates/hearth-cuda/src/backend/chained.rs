@@ -188,20 +188,19 @@ impl CudaBackend {
             .map_err(|e| BackendError::Device(format!("chained ids: {e:?}")))?;
         }
         self.finish_pass(&mut st)?;
-        if st.chain.ids_host.is_none() {
-            st.chain.ids_host = Some(Pinned::new(self.dev.context(), 2 * MAX_ROWS * 4)?);
-        }
+        let mut ids_host = match st.chain.ids_host.take() {
+            Some(p) => p,
+            None => Pinned::new(self.dev.context(), 2 * MAX_ROWS * 4)?,
+        };
+        let parity = st.chain.parity;
+        let host = ids_host.as_mut_ptr() as usize + parity * MAX_ROWS * 4;
+        st.chain.ids_host = Some(ids_host);
         while st.chain.events.len() < 2 {
             let event = self.dev.context().new_event(None).map_err(|e| {
                 BackendError::Device(format!("chained ids: creating an event: {e:?}"))
             })?;
             st.chain.events.push(event);
         }
-        let parity = st.chain.parity;
-        let host = match st.chain.ids_host.as_mut() {
-            Some(p) => p.as_mut_ptr() as usize + parity * MAX_ROWS * 4,
-            None => no_ids_buffer()?,
-        };
         // SAFETY: `chained` holds t.rows u32 on the device; the parity's slot of the page-locked
         // buffer has room for MAX_ROWS, and is read only after the event below has completed.
         unsafe {
@@ -232,9 +231,10 @@ impl CudaBackend {
         st.chain.events[parity]
             .synchronize()
             .map_err(|e| BackendError::Device(format!("chained step: {e:?}")))?;
-        let host = st.chain.ids_host.as_ref().map(|p| p.as_ptr());
-        let Some(host) = host else {
-            return no_ids_buffer();
+        let Some(host) = st.chain.ids_host.as_ref().map(|p| p.as_ptr()) else {
+            return Err(BackendError::Device(
+                "chained ids read back before any was queued".into(),
+            ));
         };
         // SAFETY: the parity's slot holds `rows` u32, written by the copy the event followed.
         let words = unsafe {
@@ -244,11 +244,4 @@ impl CudaBackend {
         out.extend_from_slice(words);
         Ok(())
     }
-}
-
-/// The page-locked ids buffer is allocated before the first chained argmax is queued.
-fn no_ids_buffer<T>() -> Result<T, BackendError> {
-    Err(BackendError::Device(
-        "chained ids read back before any was queued".into(),
-    ))
 }
