@@ -7,6 +7,12 @@ tokens per second, time to first token (TTFT) and inter-token latency (ITL) perc
 
     scripts/bench_serve.py --model m.gguf --hearth target/release/hearth \\
         [--llama-server path/to/llama-server] [--clients 1,4,16] [--requests 4] [--max-tokens 64]
+        [--gpu] [--endpoint chat|completions] [--temperature T] [--top-k K]
+
+--gpu runs both on the GPU (hearth `--device cuda`, llama-server `-ngl 99 -fa on`).
+--endpoint completions sends the prompts as they are to /v1/completions, for models without a
+chat template (the random-weight ones of synth_gguf.py). Requests are greedy unless
+--temperature says otherwise; --top-k is sent with it (both servers read it).
 
 Soak mode (--soak SECONDS): the largest client count keeps sending for that long; every
 response is compared with the same prompt's response from a single client (temperature 0,
@@ -92,19 +98,30 @@ class Server:
             self.proc.kill()
 
 
+# What every request asks besides its prompt (set from the command line in main).
+REQUEST = {"endpoint": "chat", "temperature": 0.0, "top_k": None}
+
+
 async def one_request(client, base, model, prompt, max_tokens):
-    """One streaming chat completion: (text, n_tokens, ttft_s, [itl_s...])."""
+    """One streaming chat (or text) completion: (text, n_tokens, ttft_s, [itl_s...])."""
     body = {
         "model": model,
-        "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
-        "temperature": 0,
+        "temperature": REQUEST["temperature"],
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if REQUEST["top_k"] is not None:
+        body["top_k"] = REQUEST["top_k"]
+    chat = REQUEST["endpoint"] == "chat"
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    path = "/v1/chat/completions" if chat else "/v1/completions"
     t0 = time.perf_counter()
     stamps, text, usage = [], [], None
-    async with client.stream("POST", base + "/v1/chat/completions", json=body) as r:
+    async with client.stream("POST", base + path, json=body) as r:
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
         async for line in r.aiter_lines():
@@ -117,7 +134,7 @@ async def one_request(client, base, model, prompt, max_tokens):
             if chunk.get("usage"):
                 usage = chunk["usage"]
             for c in chunk.get("choices", []):
-                piece = (c.get("delta") or {}).get("content")
+                piece = (c.get("delta") or {}).get("content") if chat else c.get("text")
                 if piece:
                     stamps.append(time.perf_counter())
                     text.append(piece)
@@ -178,16 +195,17 @@ async def references(base, model, max_tokens):
         return {p: (await one_request(client, base, model, p, max_tokens))[0] for p in PROMPTS}
 
 
-def server_argv(kind, binary, model, port, clients, ctx, threads):
+def server_argv(kind, binary, model, port, clients, ctx, threads, gpu):
     if kind == "hearth":
         return [binary, "serve", "--model", f"bench={model}", "--port", str(port), "--ctx-size", str(ctx),
                 "--max-seqs", str(max(clients)), "--kv-tokens", str(ctx * max(clients))] + (
-                    ["--threads", str(threads)] if threads else [])
+                    ["--threads", str(threads)] if threads else []) + (["--device", "cuda"] if gpu else [])
     # NOTE: --poll 0: llama.cpp's worker threads otherwise spin while waiting for work, which on
     # a machine with few cores starves the HTTP thread and the clients (multi-second stalls
     # measured on 2 cores); without polling it is several times faster there.
     return [binary, "-m", model, "--alias", "bench", "--port", str(port), "-c", str(ctx * max(clients)),
-            "-np", str(max(clients)), "--no-webui", "--poll", "0"] + (["-t", str(threads)] if threads else [])
+            "-np", str(max(clients)), "--no-webui", "--poll", "0"] + (["-t", str(threads)] if threads else []) + (
+                ["-ngl", "99", "-fa", "on"] if gpu else [])
 
 
 def main():
@@ -201,14 +219,20 @@ def main():
     ap.add_argument("--ctx", type=int, default=1024, help="context per sequence")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--soak", type=float, default=0, help="seconds of soak at the largest client count")
+    ap.add_argument("--gpu", action="store_true", help="run both servers on the GPU")
+    ap.add_argument("--endpoint", choices=["chat", "completions"], default="chat")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-k", type=int)
     ap.add_argument("--json")
     args = ap.parse_args()
+    REQUEST.update(endpoint=args.endpoint, temperature=args.temperature, top_k=args.top_k)
     clients = [int(c) for c in args.clients.split(",")]
     engines = [("hearth", args.hearth)] + ([("llama.cpp", args.llama_server)] if args.llama_server else [])
     report = {}
     for kind, binary in engines:
         port = free_port()
-        with Server(kind, server_argv(kind, binary, args.model, port, clients, args.ctx, args.threads), port) as srv:
+        argv = server_argv(kind, binary, args.model, port, clients, args.ctx, args.threads, args.gpu)
+        with Server(kind, argv, port) as srv:
             asyncio.run(run_load(srv.base, "bench", 1, 1, 8))  # warm-up
             rows = [asyncio.run(run_load(srv.base, "bench", c, args.requests, args.max_tokens)) for c in clients]
             report[kind] = {"load": rows}
