@@ -625,15 +625,55 @@ __device__ __forceinline__ void attend_head(const AttnArgs& a, const TokenHead& 
     if (attend_span<DPL, WARPS>(a.q + th.at, sp, mx, total, o)) store_head_output<DPL>(a, th, sp, o);
 }
 
+// Asks L2 for the keys and values of head th's positions j0 .. j1 - 1, a 128-byte line per
+// thread at a time (callers check that the span's values fit L2: values_fit_in_l2).
+//
+// attend calls it before await_previous_kernels, so that the rows are on their way while the
+// kernels before it finish: the batch's description and block tables are copied before the
+// pass's first kernel, and the rows of positions before the token's own were written by
+// earlier steps (for a prompt chunk, possibly by kv_write just before: such a row is asked of
+// L2 too early, which changes nothing, since L2 is where that write lands and the loads after
+// the wait read what is there). A hint: nothing waits for it.
+//
+// NOTE (H100, `scripts/device/binary_ab.sh`, two rounds, ATTN_EARLY_PREFETCH 0 against 1):
+// tg128 `--greedy` Qwen3-0.6B Q8_0 1,092.8 / 1,091.6 -> 1,111.2 / 1,110.6 tok/s, Llama-3.2-1B
+// Q8_0 1,077.7 / 1,075.2 -> 1,086.4 / 1,084.6; tg128 with the logits back 1,056.9 / 1,057.6
+// -> 1,056.3 / 1,053.7 and 1,024.4 / 1,046.5 -> 1,050.6 / 1,054.9. The split kernels
+// (attention_split.cu) asking for their splits' rows the same way measured 1-4% slower
+// after 2,048 and 8,192 positions, so they do not.
+#ifndef ATTN_EARLY_PREFETCH
+#define ATTN_EARLY_PREFETCH 1
+#endif
+template <int THREADS>
+__device__ __forceinline__ void prefetch_span_kv(const AttnArgs& a, const TokenHead& th, u32 j0,
+                                                 u32 j1) {
+#if ATTN_EARLY_PREFETCH
+    const int kv_dim = a.n_kv_heads * a.head_dim;
+    const u32 lines = (u32)(a.head_dim * 2 + 127) / 128;  // a head's row of f16 values
+    for (u32 i = threadIdx.x; j0 < j1 && i < (j1 - j0) * lines; i += THREADS) {
+        const u32 j = j0 + i / lines;
+        const size_t at = kv_slot(a.tables, th.table, j, a.block_size) * kv_dim +
+                          (size_t)th.kv_head * a.head_dim + (i % lines) * 64;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a.kc + at));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a.vc + at));
+    }
+#endif
+}
+
 // Attention of the (head blockIdx.x, token blockIdx.y) pair of a batch over its sequence.
 template <int DPL, int WARPS>
 __device__ void attend(const AttnArgs& a) {
-    await_previous_kernels();
-    if (WARPS > 4) let_dependents_launch();  // the few-token steps
     const int h = blockIdx.x;
     const TokenHead th = token_head(a, blockIdx.y, h);
+    // The positions before the token's own (whose key and value this kernel writes).
+    const u32 first = window_start(th.pos, a.window);
+    if (values_fit_in_l2(th.pos - first, a.n_kv_heads * a.head_dim)) {
+        prefetch_span_kv<WARPS * WARP_SIZE>(a, th, first, th.pos);
+    }
+    await_previous_kernels();
+    if (WARPS > 4) let_dependents_launch();  // the few-token steps
     write_token_kv<DPL>(a, th, h);
-    attend_head<DPL, WARPS>(a, th, window_start(th.pos, a.window), th.pos + 1);
+    attend_head<DPL, WARPS>(a, th, first, th.pos + 1);
 }
 
 // Warps of the wide attention blocks (attention.rs ATTN_WIDE_WARPS, which must be the same).
