@@ -63,7 +63,7 @@ for m in gguf yaml tqdm httpx; do
   python3 -c "import $m" 2>/dev/null && continue
   case $m in
     yaml) want+=(pyyaml) ;;
-    httpx) want+=(httpx httpcore h11 anyio idna certifi sniffio typing_extensions) ;;
+    httpx) want+=(httpx httpcore h11 anyio idna certifi typing_extensions) ;;
     *) want+=("$m") ;;
   esac
 done
