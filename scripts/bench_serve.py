@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Load generator for OpenAI-compatible servers: N concurrent streaming chat clients.
+"""Load generator for OpenAI-compatible servers: N concurrent streaming clients.
 
 Starts each server it is given (hearth and, for comparison, llama.cpp's llama-server) on the
 same model, one after the other, and reports for every client count: aggregate generated
@@ -225,6 +225,8 @@ def main():
     ap.add_argument("--top-k", type=int)
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.soak and args.temperature != 0:
+        ap.error("--soak compares every response with a single client's, so it needs --temperature 0")
     REQUEST.update(endpoint=args.endpoint, temperature=args.temperature, top_k=args.top_k)
     clients = [int(c) for c in args.clients.split(",")]
     engines = [("hearth", args.hearth)] + ([("llama.cpp", args.llama_server)] if args.llama_server else [])
