@@ -58,7 +58,7 @@ __device__ void attend_split_scores(const AttnArgs& a, const AttnSplit& s) {
     let_dependents_launch();
     const int h = blockIdx.x / s.n_split, z = blockIdx.x % s.n_split;
     const TokenHead th = token_head(a, blockIdx.y, h);
-    if (z == 0) write_token_kv<DPL>(a, th, h);
+    if (z == 0) write_token_kv<DPL>(a, th, h, 0);
     u32 j0, j1;
     int n_active;
     if (!split_range(a, s, th.pos, z, j0, j1, n_active)) return;

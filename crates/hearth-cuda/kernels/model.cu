@@ -459,6 +459,140 @@ __device__ __forceinline__ bool block_sum_values(const float (&acc)[DPL], float*
     return true;
 }
 
+// Spans of at most WARPS * ATTN_SHORT_POSITIONS(DPL, WARPS) positions take attend_short, whose
+// warps hold their positions' keys and values in registers (0: never): in the blocks of
+// ATTN_WIDE_WARPS warps of few-token steps, 4 positions a warp (2 for 256-value heads: a thread
+// there has 64 registers).
+// NOTE (H100, `scripts/device/binary_ab.sh`, two rounds): tg128 `--greedy` Qwen3-0.6B Q8_0
+// 1,111.3 / 1,105.7 -> 1,170.0 / 1,170.9 tok/s, Llama-3.2-1B Q8_0 1,086.0 / 1,080.4 ->
+// 1,113.7 / 1,113.5. The 4-warp blocks of many-token steps taking up to 64 positions (16 a
+// warp) cost 64 sequences 3-9% (0.6B 18,193 / 17,783 -> 16,481 / 16,193 tok/s, with spans
+// too long for it: 120 registers a thread instead of 63), so they keep two passes.
+#ifndef ATTN_SHORT
+#define ATTN_SHORT 1
+#endif
+#define ATTN_SHORT_POSITIONS(DPL, WARPS) \
+    (!ATTN_SHORT || (WARPS) <= 4 ? 0 : (DPL) >= 8 ? 2 : 4)
+
+// A lane's DPL f16 values of a cache row, two to a word.
+template <int DPL>
+struct LaneHalves {
+    u32 w[(DPL + 1) / 2];
+
+    __device__ __forceinline__ float at(int d) const {
+        const u32 word = w[d / 2];
+        return half_to_f32((u16)(d % 2 ? word >> 16 : word & 0xffff));
+    }
+};
+
+// A lane's values of a cache row at `at` (n_mine of DPL; zeros past them), or of the row `newh`
+// rounded to f16 when it is not null. Rows start at multiples of 8 values and d0 at a multiple
+// of DPL, so a lane's whole share is one aligned load.
+template <int DPL>
+__device__ __forceinline__ LaneHalves<DPL> load_lane_halves(const u16* __restrict__ cache,
+                                                            size_t at, const float* newh, int d0,
+                                                            int n_mine) {
+    LaneHalves<DPL> h;
+    if (newh == nullptr && n_mine == DPL) {
+        if (DPL == 1) h.w[0] = cache[at];
+        if (DPL == 2) h.w[0] = *reinterpret_cast<const u32*>(cache + at);
+        if (DPL == 4) {
+            const uint2 t = *reinterpret_cast<const uint2*>(cache + at);
+            h.w[0] = t.x;
+            h.w[(DPL + 1) / 2 - 1] = t.y;
+        }
+        if (DPL == 8) {
+            const uint4 t = *reinterpret_cast<const uint4*>(cache + at);
+            const u32 ws[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+            for (int i = 0; i < (DPL + 1) / 2; ++i) h.w[i] = ws[i % 4];
+        }
+        return h;
+    }
+#pragma unroll
+    for (int i = 0; i < (DPL + 1) / 2; ++i) h.w[i] = 0;
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) {
+        if (d >= n_mine) break;
+        const u16 bits = newh != nullptr ? f32_to_half(newh[d0 + d]) : cache[at + d];
+        h.w[d / 2] |= (u32)bits << (16 * (d % 2));
+    }
+    return h;
+}
+
+// attend_span for a span of at most WARPS * P positions, in one pass over the cache: warp w
+// takes positions w, w + WARPS, ... (P at most), its lanes holding DPL consecutive dimensions
+// of each position's key and value, every load in flight at once; the scores are warp sums,
+// and after the block's max M and sum L each weight exp(s - M) / L, rounded to f16, multiplies
+// the values already in registers. The arithmetic of attend_span but for the order of the f32
+// sums (q·k over a warp's lanes, L over the warps). attend_span's two passes wait for the
+// cache twice and for the kept rows in between (Qwen3-0.6B: 7.5 µs a layer for at most 128
+// positions, against about 2 µs of loads and arithmetic).
+template <int DPL, int WARPS, int P>
+__device__ __forceinline__ bool attend_short(const float* qh, const AttnSpan& sp, float& mx,
+                                             float& total, float (&o)[DPL], float* sacc,
+                                             float* s_max, float* s_sum) {
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const u32 n = sp.j1 - sp.j0;
+    float qv[DPL];
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) qv[d] = d < sp.n_mine ? round_f16(qh[sp.d0 + d]) : 0.f;
+    LaneHalves<DPL> kh[P], vh[P];
+#pragma unroll
+    for (int u = 0; u < P; ++u) {
+        const u32 i = warp + u * WARPS, j = sp.j0 + i;
+        if (i >= n) continue;
+        const size_t at = sp.own(j) ? 0 : sp.row(j) + sp.d0;
+        kh[u] = load_lane_halves<DPL>(sp.kc, at, sp.own(j) ? sp.knewh : nullptr, sp.d0, sp.n_mine);
+        vh[u] = load_lane_halves<DPL>(sp.vc, at, sp.own(j) ? sp.vnewh : nullptr, sp.d0, sp.n_mine);
+    }
+    float s[P];
+#pragma unroll
+    for (int u = 0; u < P; ++u) {
+        s[u] = 0.f;
+        if (warp + u * WARPS >= n) continue;
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) s[u] = fmaf(qv[d], kh[u].at(d), s[u]);
+    }
+    // The warp's P sums side by side, so that their shuffles overlap.
+#pragma unroll
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) {
+#pragma unroll
+        for (int u = 0; u < P; ++u) s[u] += __shfl_xor_sync(FULL_MASK, s[u], offset);
+    }
+    float m = NEG_INF;
+#pragma unroll
+    for (int u = 0; u < P; ++u) {
+        if (warp + u * WARPS >= n) continue;
+        s[u] = sp.capped(s[u]);
+        m = fmaxf(m, s[u]);
+    }
+    if (lane == 0) s_max[warp] = m;
+    __syncthreads();
+    mx = warp_max(lane < WARPS ? s_max[lane] : NEG_INF);
+    float sum = 0.f;
+#pragma unroll
+    for (int u = 0; u < P; ++u) {
+        s[u] = warp + u * WARPS < n ? expf(s[u] - mx) : 0.f;
+        sum += s[u];
+    }
+    if (lane == 0) s_sum[warp] = sum;
+    __syncthreads();
+    total = warp_sum(lane < WARPS ? s_sum[lane] : 0.f);
+    const float inv = 1.f / total;
+    float acc[DPL];
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) acc[d] = 0.f;
+#pragma unroll
+    for (int u = 0; u < P; ++u) {
+        if (warp + u * WARPS >= n) continue;
+        const float w = round_f16(s[u] * inv);
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) acc[d] = fmaf(w, vh[u].at(d), acc[d]);
+    }
+    return block_sum_values<DPL, WARPS>(acc, sacc, o);
+}
+
 // One query head of one token attending to positions j0 .. j1 - 1 of its sequence (`sp`), by
 // a block of WARPS warps, in two passes:
 //   1. the scores, ATTN_SCORE_LANES lanes for each position (the query in shared memory),
@@ -487,6 +621,12 @@ __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp,
     __shared__ float pool[POOL];
     __shared__ float q[DPL * WARP_SIZE];
     __shared__ float s_max[WARPS], s_sum[WARPS];
+    constexpr int P = ATTN_SHORT_POSITIONS(DPL, WARPS);
+    if constexpr (P > 0) {
+        if (sp.j1 - sp.j0 <= (u32)(WARPS * P)) {
+            return attend_short<DPL, WARPS, P>(qh, sp, mx, total, o, pool, s_max, s_sum);
+        }
+    }
     float* kept = pool;
     u32* kept_row = reinterpret_cast<u32*>(pool + KEPT);
     for (int d = threadIdx.x; d < sp.head_dim; d += WARPS * WARP_SIZE) q[d] = round_f16(qh[d]);
@@ -558,14 +698,16 @@ __device__ __forceinline__ u32 window_start(u32 pos, int window) {
 }
 
 // With knew / vnew, the first query head of each KV head writes the token's key and value to
-// the cache (warp 0): no kv_write launch. No block reads that slot in the same launch
-// (AttnSpan's knewh / vnewh).
+// the cache (warp `warp` of the block): no kv_write launch. No block reads that slot in the
+// same launch (AttnSpan's knewh / vnewh).
 template <int DPL>
-__device__ __forceinline__ void write_token_kv(const AttnArgs& a, const TokenHead& th, int h) {
-    if (a.knew == nullptr || h % (a.n_heads / a.n_kv_heads) != 0 || threadIdx.x >= WARP_SIZE) {
+__device__ __forceinline__ void write_token_kv(const AttnArgs& a, const TokenHead& th, int h,
+                                               int warp) {
+    if (a.knew == nullptr || h % (a.n_heads / a.n_kv_heads) != 0 ||
+        (int)threadIdx.x / WARP_SIZE != warp) {
         return;
     }
-    const int d0 = threadIdx.x * DPL, n_mine = max(0, min(DPL, a.head_dim - d0));
+    const int d0 = (threadIdx.x % WARP_SIZE) * DPL, n_mine = max(0, min(DPL, a.head_dim - d0));
     const int kv_dim = a.n_kv_heads * a.head_dim;
     const size_t slot = kv_slot(a.tables, th.table, th.pos, a.block_size) * kv_dim +
                         th.kv_head * a.head_dim + d0;
@@ -672,8 +814,10 @@ __device__ void attend(const AttnArgs& a) {
     }
     await_previous_kernels();
     if (WARPS > 4) let_dependents_launch();  // the few-token steps
-    write_token_kv<DPL>(a, th, h);
     attend_head<DPL, WARPS>(a, th, first, th.pos + 1);
+    // Last, by a warp that attend_head has let go while warp 0 writes the output: the loads of
+    // the new row would otherwise come before the cache's, one more wait on L2 in a row.
+    write_token_kv<DPL>(a, th, h, 1);
 }
 
 // Warps of the wide attention blocks (attention.rs ATTN_WIDE_WARPS, which must be the same).
