@@ -10,6 +10,8 @@
 #   par64      64 sequences decoding together, their logits brought back
 #   tg         one sequence decoding 128 tokens, its logits brought back (llama-bench's tg128)
 #   tg-greedy  the same with the argmax on the GPU
+#   tg256-greedy  one sequence decoding 256 tokens with the argmax on the GPU (positions past
+#              the one-pass attention of the first 128)
 #   tg-sample, par64-sample    drawing with the default settings (`--sample`)
 #   tg-penalty, par64-penalty  the same with Ollama's default repeat penalty (1.1)
 #   tg-penalty-logits, par64-penalty-logits  with a repeat penalty of 0.99, which can raise
@@ -74,6 +76,7 @@ for round in $(seq "$ROUNDS"); do
           par64) echo "  64 streams:      $(run "$b" "$m" -p 128 -n 128 -r 1 --parallel 64)" ;;
           tg) echo "  tg128:           $(run "$b" "$m" -p 0 -n 128 -r 5)" ;;
           tg-greedy) echo "  tg128 greedy:    $(run "$b" "$m" -p 0 -n 128 -r 5 --greedy)" ;;
+          tg256-greedy) echo "  tg256 greedy:    $(run "$b" "$m" -p 0 -n 256 -r 3 --greedy)" ;;
           tg-sample) echo "  $t: $(run "$b" "$m" -p 0 -n 128 -r 5 --sample)" ;;
           tg-penalty) echo "  $t: $(run "$b" "$m" -p 0 -n 128 -r 5 --sample --repeat-penalty 1.1)" ;;
           tg-penalty-logits)

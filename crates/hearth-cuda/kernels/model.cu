@@ -467,7 +467,9 @@ __device__ __forceinline__ bool block_sum_values(const float (&acc)[DPL], float*
 // 1,111.3 / 1,105.7 -> 1,170.0 / 1,170.9 tok/s, Llama-3.2-1B Q8_0 1,086.0 / 1,080.4 ->
 // 1,113.7 / 1,113.5. The 4-warp blocks of many-token steps taking up to 64 positions (16 a
 // warp) cost 64 sequences 3-9% (0.6B 18,193 / 17,783 -> 16,481 / 16,193 tok/s, with spans
-// too long for it: 120 registers a thread instead of 63), so they keep two passes.
+// too long for it: 120 registers a thread instead of 63), so they keep two passes. Eight
+// positions a warp in the wide blocks (spans of up to 256) spilled registers: tg256 `--greedy`
+// 0.6B 1,080 -> 1,108, but tg128 1,177 -> 1,120-1,142 and Llama-3.2-1B tg128 1,110 -> 1,095.
 #ifndef ATTN_SHORT
 #define ATTN_SHORT 1
 #endif
@@ -877,7 +879,12 @@ __device__ __forceinline__ float rotated_value(const float* head, int i, u32 pos
 // same arithmetic as rms_norm_groups followed by rope_rows (`theta_scales` as there).
 // NOTE: fused into the decode step's wide attention kernel (each block norming and rotating
 // its own query head and new key, the same bits) it was no faster on an H100: Qwen3-0.6B Q8_0
-// tg128 979-996 against 982-1,008 tok/s (BENCHMARKS.md, 2026-11-27, evening).
+// tg128 979-996 against 982-1,008 tok/s (BENCHMARKS.md, 2026-11-27, evening). Fused again
+// into the one-pass attention of short spans, each warp norming and rotating the query across
+// its lanes (no block barrier), the angles worked out before the wait, it was slower still:
+// tg128 `--greedy` 1,092 against 1,178 tok/s (BENCHMARKS.md, 2026-11-28, morning). Working
+// the angles out before this kernel's own wait measured no faster either (1,177 / 1,178
+// against 1,177 / 1,170; Llama-3.2-1B 1,109 / 1,111 against 1,121 / 1,118).
 extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, const float* kn,
                                         const u32* positions, int n_q_heads, int n_k_heads,
                                         int head_dim, float eps, int n_rot, float theta_scale,
