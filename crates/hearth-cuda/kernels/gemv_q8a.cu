@@ -49,6 +49,12 @@
 // 274.6, no early stage 695.1 / 268.3, ordinary launches 706.0 / 289.6. Unbounded (whole rows),
 // 8B fell from 283 to 270: its large matrices stream tens of MB into L2 during the previous
 // GEMV, to be evicted before they are read. The early window is the gain.
+// NOTE (H100, 2026-11-28, `binary_ab.sh`, two rounds): the gated GEMV's blocks asking L2 for
+// the down projection's weights (whose kernel starts only as theirs leave), each a share,
+// after their own rows: tg128 `--greedy` Qwen3-0.6B Q8_0 1,177 / 1,171 -> 1,132 / 1,131
+// tok/s, Llama-3.2-1B Q8_0 (17.8 MB of down weights) 1,119 / 1,120 -> 1,035 / 1,040; before
+// their own rows 1,152 / 1,146 and 1,034 / 1,035. The requests take the bandwidth the gated
+// GEMV's own last rows need.
 #ifndef Q8A_PREFETCH_BYTES
 #define Q8A_PREFETCH_BYTES 0
 #endif
