@@ -496,6 +496,8 @@ __device__ __forceinline__ LaneHalves<DPL> load_lane_halves(const u16* __restric
                                                             int n_mine) {
     LaneHalves<DPL> h;
     if (newh == nullptr && n_mine == DPL) {
+        // Only the branch of this DPL runs; the indices are written so that every DPL's
+        // instance compiles (h.w has (DPL + 1) / 2 words).
         if (DPL == 1) h.w[0] = cache[at];
         if (DPL == 2) h.w[0] = *reinterpret_cast<const u32*>(cache + at);
         if (DPL == 4) {
