@@ -85,6 +85,11 @@ __device__ void attend_split_scores(const AttnArgs& a, const AttnSplit& s) {
 }
 
 // Positions of a split's values a lane has in flight: VALUE_LOADS 16-byte loads.
+//
+// NOTE (H100, 2026-11-28, `binary_ab.sh`, Qwen3-0.6B Q8_0, tg128 after 8,192 / 32,768 tokens,
+// three rounds): blocks of 16 warps with 8 or 16 loads a lane (more registers each) and of 8
+// warps with 16 were all slower than 32 warps with 4: 519-527 / 261 (16 x 8), 494-495 /
+// 250-252 (16 x 16) and 417-426 / 177-178 (8 x 16) tok/s against 572-582 / 320-325.
 #define VALUE_LOADS 4
 
 // The second pass of a split: this warp's share of the sum over sp's positions of
@@ -106,13 +111,28 @@ __device__ __forceinline__ void split_values(const AttnSpan& sp, const float* ke
     const u32 n = sp.j1 - sp.j0;
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] = 0.f;
-    for (u32 base = warp * WARP_SIZE; base < n; base += ATTN_WIDE_WARPS * WARP_SIZE) {
+    constexpr u32 WARPS_STRIDE = ATTN_WIDE_WARPS * WARP_SIZE;
+    // The first 32 positions' cache rows and scores; each round then loads the next round's
+    // before its values, so that their L2 latency overlaps the values' loads.
+    // NOTE (H100, 2026-11-28, `binary_ab.sh`, Qwen3-0.6B Q8_0, three rounds): tg128 after
+    // 8,192 tokens 574-581 -> 590-596 tok/s, after 32,768 tokens 324-325 -> 341-342.
+    u32 next_row = 0;
+    float next_score = 0.f;
+    if (warp * WARP_SIZE + lane < n) {
+        next_row = __ldcg(kept_row + warp * WARP_SIZE + lane);
+        next_score = __ldcg(kept + warp * WARP_SIZE + lane);
+    }
+    for (u32 base = warp * WARP_SIZE; base < n; base += WARPS_STRIDE) {
         const u32 cnt = min((u32)WARP_SIZE, n - base);
         u32 row = 0;
         float w = 0.f;
         if ((u32)lane < cnt) {
-            row = __ldcg(kept_row + base + lane);
-            w = round_f16(expf(__ldcg(kept + base + lane) - mx) * inv);
+            row = next_row;
+            w = round_f16(expf(next_score - mx) * inv);
+        }
+        if (base + WARPS_STRIDE + lane < n) {
+            next_row = __ldcg(kept_row + base + WARPS_STRIDE + lane);
+            next_score = __ldcg(kept + base + WARPS_STRIDE + lane);
         }
         for (u32 k0 = 0; k0 < cnt; k0 += STEP) {
             uint4 v[VALUE_LOADS];
