@@ -886,7 +886,10 @@ __device__ __forceinline__ float rotated_value(const float* head, int i, u32 pos
 // its lanes (no block barrier), the angles worked out before the wait, it was slower still:
 // tg128 `--greedy` 1,092 against 1,178 tok/s (BENCHMARKS.md, 2026-11-28, morning). Working
 // the angles out before this kernel's own wait measured no faster either (1,177 / 1,178
-// against 1,177 / 1,170; Llama-3.2-1B 1,109 / 1,111 against 1,121 / 1,118).
+// against 1,177 / 1,170; Llama-3.2-1B 1,109 / 1,111 against 1,121 / 1,118). Done instead by
+// the q/k/v GEMV (the warp that stored a head's last rows, found through a counter a head),
+// it was slower again: 1,025-1,061 against 1,166-1,175 tok/s, Llama-3.2-1B 1,063-1,085 against
+// 1,115-1,122 (BENCHMARKS.md, 2026-11-28, later).
 extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, const float* kn,
                                         const u32* positions, int n_q_heads, int n_k_heads,
                                         int head_dim, float eps, int n_rot, float theta_scale,
