@@ -324,6 +324,10 @@ __device__ __forceinline__ bool values_fit_in_l2(u32 span, int kv_dim) {
 // max fm and sum fl. Returns the block's largest score (to every thread). q: the query rounded
 // to f16, in shared memory. prefetch_v: ask L2 for each position's values (see
 // values_fit_in_l2).
+// NOTE: each thread working out its next round's cache row (the block-table read) one round
+// ahead, as split_values does with its rows and scores (attention_split.cu), measured no
+// faster on an H100 (Qwen3-0.6B Q8_0, two rounds: tg256 `--greedy` 1,067 / 1,069 against
+// 1,074 / 1,072 tok/s, tg128 after 32,768 tokens 334 / 341 against 336 / 338).
 template <int DPL, int WARPS>
 __device__ __forceinline__ float span_scores(const AttnSpan& sp, const float* q, float* kept,
                                              u32* kept_row, u32 n_keep, bool prefetch_v,
