@@ -2,6 +2,8 @@
 # One device call: hearth and llama.cpp side by side on one CUDA GPU, from a fresh machine with
 # no internet and no Rust. Everything it needs is carried in .device-bin/:
 #   llama-src.tar.xz   llama.cpp source (CMake project, built here with CUDA)
+#   llama-cuda-bin.tar.xz.part*  (optional) llama.cpp binaries an earlier call built from the
+#                      same source and packed (SAVE_LLAMA_BIN): unpacked instead of building
 #   synth_gguf.py      writes a random-weight F16 GGUF with a real model's shapes
 #   wheels/            the gguf Python package (and PyYAML, which it imports) for synth_gguf.py
 #   hearth             hearth's release binary, built with the CUDA backend
@@ -17,6 +19,9 @@
 #                depth phase
 #   HEARTH       hearth binary                         (default: .device-bin/hearth)
 #   WORK         scratch folder (llama.cpp build, model files; default: a new temporary folder)
+#   LLAMA_PREBUILT  folder with llama-cuda-bin.tar.xz.part* (default: .device-bin)
+#   SAVE_LLAMA_BIN  after building llama.cpp, pack its binaries into this folder (for
+#                LLAMA_PREBUILT later; scripts/device/llama_prebuilt.sh)
 # Exit status: non-zero if any phase that ran failed.
 # The phase_* functions are called by name from the loop at the end.
 # shellcheck disable=SC2317
@@ -38,6 +43,10 @@ DEPTHS=${DEPTHS:-2048 8192}
 HEARTH=${HEARTH:-$bin/hearth}
 llama_src=$work/llama.cpp
 llama_bin=$llama_src/build/bin
+# Prebuilt binaries find their shared libraries here wherever they were built.
+export LD_LIBRARY_PATH="$llama_bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=scripts/device/llama_prebuilt.sh
+source scripts/device/llama_prebuilt.sh
 models_dir=$work/models
 pylib=$work/pylib
 jobs=$(nproc)
@@ -74,6 +83,15 @@ bench_models() {
 }
 
 phase_build() {
+  rm -rf "$llama_src"
+  tar -C "$work" -xJf "$bin/llama-src.tar.xz" || return 1
+  local commit
+  commit=$(awk '/^commit /{print $2}' "$llama_src/LLAMA-SOURCE.txt")
+  head -1 "$llama_src/LLAMA-SOURCE.txt"
+  echo "commit $commit"
+  if llama_prebuilt_unpack "${LLAMA_PREBUILT:-$bin}" "$commit" "$llama_bin"; then
+    return 0
+  fi
   if ! command -v cmake >/dev/null; then
     echo "cmake not found on PATH: llama.cpp cannot be built on this machine (no internet to" \
       "install it); set SKIP_BUILD=1 and WORK to a folder with a prebuilt llama.cpp/build/bin"
@@ -83,12 +101,6 @@ phase_build() {
     echo "nvcc not found (looked on PATH and in /usr/local/cuda*/bin): cannot build the CUDA backend"
     return 1
   fi
-  rm -rf "$llama_src"
-  tar -C "$work" -xJf "$bin/llama-src.tar.xz" || return 1
-  local commit
-  commit=$(awk '/^commit /{print $2}' "$llama_src/LLAMA-SOURCE.txt")
-  head -1 "$llama_src/LLAMA-SOURCE.txt"
-  echo "commit $commit"
   local gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
   cmake -S "$llama_src" -B "$llama_src/build" "${gen[@]}" \
@@ -100,6 +112,10 @@ phase_build() {
   cmake --build "$llama_src/build" -j"$jobs" \
     --target llama-bench llama-batched-bench llama-quantize || return 1
   "$llama_bin/llama-bench" --help | head -3 || true
+  if [ -n "${SAVE_LLAMA_BIN:-}" ]; then
+    llama_prebuilt_save "$llama_bin" "$commit" "$SAVE_LLAMA_BIN" \
+      llama-bench llama-batched-bench llama-quantize || return 1
+  fi
 }
 
 # gguf (and PyYAML, which it imports) from the carried wheels, offline, into a private folder;
