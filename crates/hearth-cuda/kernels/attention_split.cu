@@ -112,8 +112,8 @@ __device__ __forceinline__ void split_values(const AttnSpan& sp, const float* ke
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] = 0.f;
     constexpr u32 WARPS_STRIDE = ATTN_WIDE_WARPS * WARP_SIZE;
-    // The first 32 positions' cache rows and scores; each round then loads the next round's
-    // before its values, so that their L2 latency overlaps the values' loads.
+    // The warp's first 32 positions' cache rows and scores; each round then loads the next
+    // round's before its values, so that their L2 latency overlaps the values' loads.
     // NOTE (H100, 2026-11-28, `binary_ab.sh`, Qwen3-0.6B Q8_0, three rounds): tg128 after
     // 8,192 tokens 574-581 -> 590-596 tok/s, after 32,768 tokens 324-325 -> 341-342.
     u32 next_row = 0;
