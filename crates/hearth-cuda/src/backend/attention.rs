@@ -296,8 +296,14 @@ impl CudaBackend {
             })
             .max()
             .unwrap_or(0);
+        let shared = flash_shared_bytes(p.head_dim);
         let n_split = if st.mode == Mode::Eager {
-            self.flash_splits(n_tiles * p.n_heads, longest)
+            let resident = self.resident_blocks(st, name, FLASH_THREADS, shared)?;
+            flash_splits(
+                n_tiles * p.n_heads,
+                resident,
+                longest / self.flash_split_keys,
+            )
         } else {
             1
         };
@@ -315,7 +321,6 @@ impl CudaBackend {
             all
         };
         let grid = |n_split: u32| (n_tiles as u32, p.n_heads as u32 * n_split);
-        let shared = flash_shared_bytes(p.head_dim);
         if n_split == 1 {
             let all = with(1, 0, 0, 0);
             return Ok(self.launch_with_shared(st, name, grid(1), FLASH_THREADS, shared, &all)?);
@@ -335,19 +340,6 @@ impl CudaBackend {
         st.arena.give_back(parts, parts_bytes);
         st.arena.give_back(stats, stats_bytes);
         Ok(())
-    }
-
-    /// How many blocks share each (query tile, head) of a prompt chunk's flash attention whose
-    /// longest span holds `span` keys, its (tile, head) pairs being `blocks`: one, unless the
-    /// spans hold at least twice `flash_split_keys` keys and the pairs alone would leave the
-    /// GPU short of blocks (FLASH_BLOCKS_PER_SM). Each block walks every key of its span
-    /// twice, so after thousands of cached positions a 512-token chunk of Qwen3-0.6B's 128
-    /// blocks ran at 0.39x llama.cpp's speed (H100, 8,192 positions before the chunk).
-    fn flash_splits(&self, blocks: usize, span: usize) -> u32 {
-        let by_keys = span / self.flash_split_keys;
-        let wanted =
-            (FLASH_BLOCKS_PER_SM * self.dev.info().sm_count as usize).div_ceil(blocks.max(1));
-        by_keys.min(wanted).clamp(1, FLASH_MAX_SPLITS) as u32
     }
 
     /// The batch's new keys and values into their f16 cache slots (kernels/model.cu).
@@ -405,15 +397,43 @@ const _: () = assert!(ATTN_MAX_SPLITS <= ATTN_SPLIT_MIN && ATTN_MAX_SPLITS <= 32
 /// dependent kernel a layer); from 128 positions and from 512 measured alike after 512 tokens
 /// of context (815 / 800 and 798 / 819 tok/s, one block a head 686 / 685).
 pub(super) const ATTN_SPLIT_FROM: usize = 512;
+/// How many blocks share each (query tile, head) of a prompt chunk's flash attention, its
+/// (tile, head) pairs being `blocks`, `resident` blocks fitting the GPU at once, and its
+/// longest span holding `by_keys` times `flash_split_keys` keys (splits need at least two
+/// such runs). Each block walks every key of its span twice, so after thousands of cached
+/// positions a 512-token chunk of Qwen3-0.6B's 128 unsplit blocks ran at 0.39x llama.cpp's
+/// speed (H100, 8,192 positions before the chunk). Blocks of equal work run in rounds of
+/// `resident`, and a part-filled last round costs nearly a full one, so the count taken is
+/// the fewest whose rounds are at least FLASH_ROUNDS_FILLED full, else the fullest; each
+/// split also adds partial results to write and add.
+/// NOTE (H100, Qwen3-0.6B Q8_0, 128 pairs, 396 resident; pp512 tok/s, two rounds): after
+/// 8,192 positions 3 splits gave 32,169 / 32,338, 4 28,439 / 28,695, 5 30,487 / 30,406, 6
+/// 31,466 / 31,158 and 7 (two rounds' worth, the earlier rule) 23,279 / 28,896; after
+/// 32,768, 11,300 / 11,231, 11,278 / 11,255, 9,627 / 9,720, 10,717 / 10,724 and 10,369 /
+/// 10,386. Against the earlier rule in one call (`scripts/device/binary_ab.sh`): 0.6B after
+/// 8,192 29,052 / 29,388 → 30,757 / 32,163, after 32,768 10,413 / 10,436 → 11,324 / 11,285;
+/// Llama-3.1-8B Q4_K_M (256 pairs, 4 splits → 3) alike, 9,754 → 9,672 and 4,220 → 4,252.
+fn flash_splits(blocks: usize, resident: usize, by_keys: usize) -> u32 {
+    let most = by_keys.clamp(1, FLASH_MAX_SPLITS);
+    if resident == 0 || blocks == 0 {
+        return 1;
+    }
+    // How full the rounds of n splits are, in percent.
+    let filled = |n: usize| blocks * n * 100 / ((blocks * n).div_ceil(resident) * resident);
+    let fullest = (1..=most).rev().max_by_key(|&n| filled(n)).unwrap_or(1);
+    (1..=most)
+        .find(|&n| filled(n) >= FLASH_ROUNDS_FILLED)
+        .unwrap_or(fullest) as u32
+}
+/// Percent of resident blocks busy that `flash_splits` settles for.
+const FLASH_ROUNDS_FILLED: usize = 90;
+
 /// Fewest keys a block of split prompt attention walks (`flash_splits`), unless
 /// `HEARTH_CUDA_FLASH_SPLIT_KEYS` says otherwise.
 /// NOTE (H100, Qwen3-0.6B Q8_0, pp512, before the kernel's copies were asynchronous, two
 /// rounds): after 2,048 tokens 512 gave 43,978 / 44,176 tok/s and 1,024 45,306 / 45,195
 /// (two splits, not five: one round of blocks); after 8,192 both 17,650-17,730.
 pub(super) const FLASH_SPLIT_KEYS: usize = 1024;
-/// Blocks a multiprocessor should get before prompt attention stops splitting spans: about
-/// three of the flash kernel's blocks fit one at a time (registers), so this is two rounds.
-const FLASH_BLOCKS_PER_SM: usize = 6;
 /// Most blocks sharing one (tile, head).
 const FLASH_MAX_SPLITS: usize = 16;
 /// Query rows of one flash-attention block (4 warps of 16) and its threads.
@@ -486,4 +506,29 @@ pub(super) fn batch_metadata(
         meta[start..start + s.block_table.len()].copy_from_slice(s.block_table);
     }
     Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flash_splits;
+
+    #[test]
+    fn flash_splits_fill_whole_rounds_with_the_fewest_splits() {
+        // Qwen3-0.6B's 512-token chunk on an H100: 128 pairs, 396 resident blocks. Three
+        // splits fill one round; four or seven would leave a part-filled one.
+        assert_eq!(flash_splits(128, 396, 32), 3);
+        // Spans too short for two runs of keys, or pairs that already fill the GPU.
+        assert_eq!(flash_splits(128, 396, 1), 1);
+        assert_eq!(flash_splits(396, 396, 32), 1);
+        // Llama-3.1-8B's chunk: 256 pairs; 500 pairs fill 63% of two rounds unsplit, 84% of
+        // three split in two and 95% of four split in three.
+        assert_eq!(flash_splits(256, 396, 32), 3);
+        assert_eq!(flash_splits(500, 396, 32), 3);
+        // Too few keys for the full count: the fullest allowed (two, 65%, not one, 32%).
+        assert_eq!(flash_splits(128, 396, 2), 2);
+        // A kernel that does not fit never splits.
+        assert_eq!(flash_splits(128, 0, 32), 1);
+        // Never more than FLASH_MAX_SPLITS.
+        assert!(flash_splits(1, 10_000, 1 << 20) <= super::FLASH_MAX_SPLITS as u32);
+    }
 }

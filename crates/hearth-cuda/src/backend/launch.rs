@@ -81,6 +81,36 @@ impl CudaBackend {
         self.launch_with_shared(st, name, grid, threads, 0, args)
     }
 
+    /// How many `threads`-thread blocks of `name` with `shared_bytes` of dynamic shared memory
+    /// the whole GPU runs at once (the driver's occupancy for one multiprocessor, times their
+    /// number).
+    pub(super) fn resident_blocks(
+        &self,
+        st: &mut State,
+        name: &'static str,
+        threads: u32,
+        shared_bytes: u32,
+    ) -> Result<usize, CudaError> {
+        let key = (name, threads, shared_bytes);
+        if let Some(&(_, n)) = st.resident.iter().find(|(k, _)| *k == key) {
+            return Ok(n);
+        }
+        let f = self.dev.function(name)?;
+        if shared_bytes > 48 << 10 {
+            f.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_bytes as i32,
+            )
+            .map_err(driver("kernel shared memory"))?;
+        }
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(threads, shared_bytes as usize, None)
+            .map_err(driver("kernel occupancy"))?;
+        let n = per_sm as usize * self.dev.info().sm_count as usize;
+        st.resident.push((key, n));
+        Ok(n)
+    }
+
     /// As [`Self::launch`], with `shared_bytes` of dynamic shared memory a block (allowed for
     /// the kernel first where that is more than the default 48 KiB).
     pub(super) fn launch_with_shared(

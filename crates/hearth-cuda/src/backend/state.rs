@@ -84,6 +84,9 @@ pub(super) struct State {
     pub tensor_at: usize,
     /// Chained greedy steps' buffers and the ids not yet taken (`chained.rs`).
     pub chain: Chain,
+    /// How many blocks of a kernel, at a block size and shared memory, the whole GPU holds at
+    /// once (`launch.rs` `resident_blocks`).
+    pub resident: Vec<((&'static str, u32, u32), usize)>,
 }
 
 /// A tensor's f16 copy: the tensor's address, the copy's, and the copy's size.
@@ -122,6 +125,7 @@ impl State {
             tensor_log: HashMap::new(),
             tensor_at: 0,
             chain: Chain::new(),
+            resident: Vec::new(),
         }
     }
 
