@@ -142,6 +142,13 @@ pub trait Backend: Send + Sync {
     fn chains_argmax(&self) -> bool {
         false
     }
+    /// Whether a chained step runs while the host goes on (a GPU's queue), so that queueing
+    /// the next step before taking this one's ids overlaps the host's work with the device's.
+    /// False where each pass computes before it returns (the CPU chains only so that the
+    /// engine's loop is the same everywhere: there, queueing ahead only delays each token).
+    fn chains_in_background(&self) -> bool {
+        false
+    }
     /// [`Self::begin_forward`] for a pass that ends in [`Self::argmax_rows_chained`]: the
     /// chained passes before it may still be running.
     fn begin_chained_forward(&self, key: Option<u64>) {

@@ -6,10 +6,8 @@
 
 use crate::batch_step::SeqStep;
 use crate::engine::BLOCK_SIZE;
+use crate::scheduler::NOT_YET_KNOWN;
 use crate::{Engine, EngineError, Sequence};
-
-/// What a step queued ahead holds in its sequence until the token it runs comes back.
-const NOT_YET_KNOWN: u32 = 0;
 
 impl Engine {
     /// Greedy decoding of `seq` from `first`, the token after its cached ones: each step runs

@@ -98,19 +98,125 @@ impl Engine {
     }
 
     fn run_plan_with(&mut self, plan: &StepPlan, want: Want) -> Result<PlanOutput, EngineError> {
-        let mut tokens = Vec::with_capacity(plan.n_tokens());
-        let mut positions = Vec::with_capacity(plan.n_tokens());
-        let mut logits_rows = Vec::new();
-        let mut seqs = Vec::with_capacity(plan.seqs.len());
+        let rows = PlanRows::of(plan, self.n_ctx())?;
+        if rows.tokens.is_empty() {
+            return Ok(PlanOutput::default());
+        }
+        let mut out = std::mem::take(&mut self.out);
+        let result = self
+            .runner
+            .forward(want, &rows.batch(), BLOCK_SIZE, &mut out);
+        self.plan_output(plan, want, out, result.map_err(EngineError::from))
+    }
+
+    /// Whether [`Engine::queue_plan_chained`] runs here: the model and backend chain greedy
+    /// steps (`DecoderModel::chains_argmax`).
+    pub fn chains_plans(&self) -> bool {
+        self.runner.chains_argmax()
+    }
+
+    /// Whether chaining plans gains anything here: the steps run in the background (a GPU),
+    /// so the host's work between two steps overlaps the device's
+    /// (`Backend::chains_in_background`).
+    pub fn chained_plans_overlap(&self) -> bool {
+        self.chains_plans() && self.runner.chains_in_background()
+    }
+
+    /// Queues `plan`'s forward pass, where every sequence is one token that samples greedily
+    /// without penalties, without waiting for it: each row's argmax stays on the device and
+    /// [`Engine::take_plan_chained`] brings it back. With `tokens_on_device` each row runs the
+    /// token the chained step before it picked for the same row (the plan's tokens are not
+    /// read): the step `Scheduler::schedule_ahead` plans while that one runs. Every queued
+    /// step must be taken, in order, whatever happens to its requests.
+    pub fn queue_plan_chained(
+        &mut self,
+        plan: &StepPlan,
+        tokens_on_device: bool,
+    ) -> Result<(), EngineError> {
+        if let Some(s) = plan.seqs.iter().find(|s| s.tokens.len() != 1 || !s.sample) {
+            return Err(EngineError::Invalid(format!(
+                "request {}: a chained step runs one sampled token a sequence, not {}",
+                s.id,
+                s.tokens.len()
+            )));
+        }
+        let rows = PlanRows::of(plan, self.n_ctx())?;
+        if rows.tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        Ok(self
+            .runner
+            .forward_chained(&rows.batch(), BLOCK_SIZE, tokens_on_device)?)
+    }
+
+    /// Waits for the oldest step [`Engine::queue_plan_chained`] queued, `plan`, and returns
+    /// each sequence's pick, as [`Engine::run_plan_argmax`] would.
+    pub fn take_plan_chained(&mut self, plan: &StepPlan) -> Result<PlanOutput, EngineError> {
+        let mut out = std::mem::take(&mut self.out);
+        let result = self.runner.take_chained(&mut out.argmax);
+        self.plan_output(plan, Want::Argmax, out, result.map_err(EngineError::from))
+    }
+
+    /// The output of a step of `plan` that filled `out` as `want` says, or gave `result`'s
+    /// error; the buffers go back to the engine on failure.
+    fn plan_output(
+        &mut self,
+        plan: &StepPlan,
+        want: Want,
+        out: StepBuffers,
+        result: Result<(), EngineError>,
+    ) -> Result<PlanOutput, EngineError> {
+        let ids: Vec<RequestId> = plan
+            .seqs
+            .iter()
+            .filter(|s| s.sample)
+            .map(|s| s.id)
+            .collect();
+        let n_vocab = self.n_vocab();
+        if result.is_err() || !out.holds(want, ids.len(), n_vocab) {
+            self.out = out;
+            result?;
+            return Err(EngineError::Invalid(format!(
+                "the forward pass returned a result of the wrong size for {} rows",
+                ids.len()
+            )));
+        }
+        Ok(PlanOutput {
+            ids,
+            want,
+            out,
+            n_vocab,
+        })
+    }
+}
+
+/// A plan's rows as a forward pass takes them.
+struct PlanRows<'p> {
+    tokens: Vec<u32>,
+    positions: Vec<u32>,
+    logits_rows: Vec<usize>,
+    seqs: Vec<AttnSeq<'p>>,
+}
+
+impl<'p> PlanRows<'p> {
+    /// Checks each sequence of `plan` (tokens, context, blocks) and lays out its rows.
+    fn of(plan: &'p StepPlan, n_ctx: usize) -> Result<Self, EngineError> {
+        let n = plan.n_tokens();
+        let mut rows = PlanRows {
+            tokens: Vec::with_capacity(n),
+            positions: Vec::with_capacity(n),
+            logits_rows: Vec::new(),
+            seqs: Vec::with_capacity(plan.seqs.len()),
+        };
         for s in &plan.seqs {
             let end = s.first_pos + s.tokens.len();
             if s.tokens.is_empty() {
                 return Err(EngineError::EmptyPrompt);
             }
-            if end > self.n_ctx() {
+            if end > n_ctx {
                 return Err(EngineError::PromptTooLong {
                     n_prompt: end,
-                    n_ctx: self.n_ctx(),
+                    n_ctx,
                 });
             }
             if s.block_table.len() * BLOCK_SIZE < end {
@@ -120,48 +226,27 @@ impl Engine {
                     s.block_table.len()
                 )));
             }
-            seqs.push(AttnSeq {
-                token_start: tokens.len(),
+            rows.seqs.push(AttnSeq {
+                token_start: rows.tokens.len(),
                 n_tokens: s.tokens.len(),
                 first_pos: s.first_pos,
                 block_table: &s.block_table,
             });
-            tokens.extend_from_slice(&s.tokens);
-            positions.extend((s.first_pos..end).map(|p| p as u32));
+            rows.tokens.extend_from_slice(&s.tokens);
+            rows.positions.extend((s.first_pos..end).map(|p| p as u32));
             if s.sample {
-                logits_rows.push(tokens.len() - 1);
+                rows.logits_rows.push(rows.tokens.len() - 1);
             }
         }
-        if tokens.is_empty() {
-            return Ok(PlanOutput::default());
+        Ok(rows)
+    }
+
+    fn batch(&self) -> Batch<'_> {
+        Batch {
+            tokens: &self.tokens,
+            positions: &self.positions,
+            seqs: &self.seqs,
+            logits_rows: &self.logits_rows,
         }
-        let batch = Batch {
-            tokens: &tokens,
-            positions: &positions,
-            seqs: &seqs,
-            logits_rows: &logits_rows,
-        };
-        let mut out = std::mem::take(&mut self.out);
-        let result = self.runner.forward(want, &batch, BLOCK_SIZE, &mut out);
-        let n_vocab = self.n_vocab();
-        if result.is_err() || !out.holds(want, logits_rows.len(), n_vocab) {
-            self.out = out;
-            result?;
-            return Err(EngineError::Invalid(format!(
-                "the forward pass returned a result of the wrong size for {} rows",
-                logits_rows.len()
-            )));
-        }
-        Ok(PlanOutput {
-            ids: plan
-                .seqs
-                .iter()
-                .filter(|s| s.sample)
-                .map(|s| s.id)
-                .collect(),
-            want,
-            out,
-            n_vocab,
-        })
     }
 }

@@ -95,6 +95,8 @@ pub(crate) trait ModelRunner: Send {
     ) -> Result<(), ModelError>;
     /// Whether [`Self::forward_chained`] runs here ([`DecoderModel::chains_argmax`]).
     fn chains_argmax(&self) -> bool;
+    /// Whether chained steps run in the background (`Backend::chains_in_background`).
+    fn chains_in_background(&self) -> bool;
     /// A greedy step that does not wait for its ids ([`DecoderModel::forward_argmax_chained`]).
     fn forward_chained(
         &mut self,
@@ -136,6 +138,10 @@ impl<B: Backend> ModelRunner for Loaded<B> {
 
     fn chains_argmax(&self) -> bool {
         self.model.chains_argmax(&self.backend)
+    }
+
+    fn chains_in_background(&self) -> bool {
+        self.backend.chains_in_background()
     }
 
     fn forward_chained(

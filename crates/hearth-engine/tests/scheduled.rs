@@ -48,11 +48,14 @@ fn alone(engine: &mut Engine, prompts: &[Vec<u32>]) -> Vec<Vec<u32>> {
 }
 
 /// All prompts at once through the scheduler; returns each one's tokens and how many
-/// preemptions happened.
+/// preemptions happened. `chain`: steps where every request decodes run as the server runs
+/// them on a GPU, queued without waiting (`Engine::queue_plan_chained`) with the step after
+/// each planned and queued before its tokens are taken (`Scheduler::schedule_ahead`).
 fn scheduled(
     engine: &mut Engine,
     prompts: &[Vec<u32>],
     config: SchedulerConfig,
+    chain: bool,
 ) -> (Vec<Vec<u32>>, usize) {
     let mut sched = engine.scheduler(config);
     for (id, p) in prompts.iter().enumerate() {
@@ -63,10 +66,29 @@ fn scheduled(
     let mut n_done = 0;
     let mut n_preempted = 0;
     let mut n_steps = 0;
+    let (mut ahead, mut n_ahead) = (None, 0);
     while n_done < prompts.len() {
         n_steps += 1;
         assert!(n_steps < 10_000, "the scheduler stopped making progress");
-        let plan = sched.schedule();
+        let (plan, chained) = match ahead.take() {
+            Some(plan) => (plan, true),
+            None => {
+                let plan = sched.schedule();
+                let decodes = plan.seqs.iter().all(|s| s.tokens.len() == 1 && s.sample);
+                let chained = chain && decodes;
+                if chained {
+                    engine.queue_plan_chained(&plan, false).expect("queue");
+                }
+                (plan, chained)
+            }
+        };
+        if chained {
+            ahead = sched.schedule_ahead(&plan);
+            if let Some(next) = &ahead {
+                engine.queue_plan_chained(next, true).expect("queue ahead");
+                n_ahead += 1;
+            }
+        }
         n_preempted += plan.preempted.len();
         assert!(plan.n_tokens() <= config.max_batch_tokens);
         assert!(plan.seqs.len() <= config.max_seqs);
@@ -74,6 +96,7 @@ fn scheduled(
         // candidates (as the server runs greedy requests beside top-k ones): all must give the
         // tokens each request gives alone.
         let step = match n_steps % 3 {
+            _ if chained => engine.take_plan_chained(&plan),
             0 => engine.run_plan_argmax(&plan),
             1 => engine.run_plan(&plan),
             _ => engine.run_plan_best(&plan, 40),
@@ -95,18 +118,30 @@ fn scheduled(
             .collect();
         engine.recycle(step);
         for &(id, t, _) in &sampled {
-            out[id as usize].push(t);
+            // NOTE: a step planned ahead still runs the rows of requests that ended.
+            if sched.tokens(id).is_some() {
+                out[id as usize].push(t);
+            }
         }
         for (_, reason) in sched.update(&plan, &sampled) {
             assert_ne!(reason, FinishReason::Aborted);
             n_done += 1;
         }
     }
+    if let Some(plan) = ahead {
+        engine.take_plan_chained(&plan).expect("take the last step");
+    }
     assert_eq!(
         sched.pool().n_free(),
         sched.pool().n_blocks(),
         "every block came back"
     );
+    if chain && engine.chains_plans() {
+        assert!(
+            n_ahead >= MAX_NEW / 2,
+            "only {n_ahead} steps were planned ahead"
+        );
+    }
     (out, n_preempted)
 }
 
@@ -131,7 +166,7 @@ fn check(
         ..EngineOptions::default()
     };
     let mut engine = Engine::load(&path, &opts).expect("load");
-    let (got, n_preempted) = scheduled(&mut engine, &prompts, config);
+    let (got, n_preempted) = scheduled(&mut engine, &prompts, config, false);
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(
             g,
@@ -342,4 +377,46 @@ fn smollm2_prompt_chunks_that_sample_nothing_still_fill_the_cache() {
         max_seqs: 4,
     };
     check("SmolLM2-135M-Instruct.Q4_1.gguf", 4, config, 4 * 256, false);
+}
+
+/// Chained steps (`scheduled` with `chain`) against the same plans run one by one: each
+/// request's tokens must be exactly the same. (Not against each request alone: on a GPU a
+/// batch's rows may round differently from a single row's.)
+fn check_chained(model: &str, n_requests: usize, config: SchedulerConfig) {
+    let path = model_path(model);
+    let opts = EngineOptions {
+        n_ctx: 1024,
+        n_kv_tokens: n_requests * 256,
+        n_threads: 2,
+        device: common::test_device(),
+        ..EngineOptions::default()
+    };
+    let run = |chain: bool| {
+        let mut engine = Engine::load(&path, &opts).expect("load");
+        let n_vocab = engine.n_vocab() as u32;
+        scheduled(&mut engine, &prompts(n_vocab, n_requests), config, chain).0
+    };
+    let (plain, chained) = (run(false), run(true));
+    for (i, (p, c)) in plain.iter().zip(&chained).enumerate() {
+        assert_eq!(p, c, "{model}: request {i}, one by one and chained");
+    }
+}
+
+#[test]
+fn smollm2_chained_steps_equal_steps_one_by_one() {
+    // Every prompt in the first step, so that most later steps only decode.
+    let config = SchedulerConfig {
+        max_batch_tokens: 2048,
+        max_seqs: 16,
+    };
+    check_chained("SmolLM2-135M-Instruct.Q4_1.gguf", 16, config);
+}
+
+#[test]
+fn tiny_qwen3_chained_steps_equal_steps_one_by_one() {
+    let config = SchedulerConfig {
+        max_batch_tokens: 1024,
+        max_seqs: 8,
+    };
+    check_chained("tiny-qwen3-q8_0.gguf", 8, config);
 }

@@ -290,6 +290,10 @@ impl Backend for CudaBackend {
         true
     }
 
+    fn chains_in_background(&self) -> bool {
+        true
+    }
+
     fn begin_chained_forward(&self, key: Option<u64>) {
         self.start_forward(key, true);
     }

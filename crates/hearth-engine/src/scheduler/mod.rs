@@ -33,6 +33,7 @@
 //! tokens, after a preemption), so only the rest is computed; [`Scheduler::update`] registers
 //! newly full blocks so later requests can share them.
 
+mod ahead;
 mod request;
 mod step;
 
@@ -43,6 +44,7 @@ use std::collections::{HashMap, VecDeque};
 
 use hearth_kv::BlockPool;
 
+pub use ahead::NOT_YET_KNOWN;
 use request::Request;
 
 /// Caller-chosen identifier of a request, unique among the live ones.

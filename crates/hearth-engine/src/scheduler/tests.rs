@@ -88,19 +88,60 @@ fn step(
     stop: &dyn Fn(u32) -> bool,
 ) -> (StepPlan, Vec<(RequestId, FinishReason)>) {
     let plan = s.schedule();
+    let (finished, _) = run_step(s, kv, stop, &plan);
+    (plan, finished)
+}
+
+/// A sampled token: its request, the token, whether it ends the request.
+type Sampled = (RequestId, u32, bool);
+
+/// Runs `plan` with the fake model and updates the scheduler; returns what ended and what
+/// was sampled. A row whose request is gone (ended or aborted after a step planned ahead was
+/// queued) still writes its slot, as a queued step on a device does: garbage the slot's next
+/// owner must overwrite before reading it.
+fn run_step(
+    s: &mut Scheduler,
+    kv: &mut FakeKv,
+    stop: &dyn Fn(u32) -> bool,
+    plan: &StepPlan,
+) -> (Vec<(RequestId, FinishReason)>, Vec<Sampled>) {
     let mut sampled = Vec::new();
     for seq in &plan.seqs {
-        let history = s
-            .tokens(seq.id)
-            .expect("scheduled request is live")
-            .to_vec();
+        let Some(history) = s.tokens(seq.id).map(<[u32]>::to_vec) else {
+            let slot = kv.slot(seq, seq.first_pos);
+            kv.slots[slot] = Some((usize::MAX, u32::MAX));
+            continue;
+        };
         kv.run(seq, &history);
         if seq.sample {
             let t = next_token(&history);
             sampled.push((seq.id, t, stop(t)));
         }
     }
-    let finished = s.update(&plan, &sampled);
+    (s.update(plan, &sampled), sampled)
+}
+
+/// [`step`] as the server runs greedy decoding with chained steps: the step after this one
+/// is planned before this one runs (`Scheduler::schedule_ahead`), left in `ahead` with the
+/// tokens this one picked, and runs next instead of a fresh plan.
+fn chained_step(
+    s: &mut Scheduler,
+    kv: &mut FakeKv,
+    stop: &dyn Fn(u32) -> bool,
+    ahead: &mut Option<StepPlan>,
+) -> (StepPlan, Vec<(RequestId, FinishReason)>) {
+    let plan = ahead.take().unwrap_or_else(|| s.schedule());
+    let mut next = s.schedule_ahead(&plan);
+    let (finished, sampled) = run_step(s, kv, stop, &plan);
+    if let Some(next) = &mut next {
+        for seq in &mut next.seqs {
+            assert_eq!(seq.tokens, [NOT_YET_KNOWN]);
+            if let Some(&(_, t, _)) = sampled.iter().find(|x| x.0 == seq.id) {
+                seq.tokens = vec![t];
+            }
+        }
+    }
+    *ahead = next;
     (plan, finished)
 }
 
@@ -399,7 +440,26 @@ fn check_pool(s: &Scheduler) {
 
 #[test]
 fn random_workloads_keep_invariants_and_finish() {
-    let (mut n_preempted, mut n_cached) = (0, 0);
+    let (n_preempted, n_cached, _) = random_workloads(false);
+    // NOTE: the workload must really exercise preemption and the prefix cache.
+    assert!(n_preempted > 100, "only {n_preempted} preemptions");
+    assert!(n_cached > 100, "only {n_cached} cached tokens");
+}
+
+#[test]
+fn random_workloads_with_steps_planned_ahead_generate_the_same_tokens() {
+    let (n_preempted, n_cached, n_ahead) = random_workloads(true);
+    assert!(n_preempted > 100, "only {n_preempted} preemptions");
+    assert!(n_cached > 100, "only {n_cached} cached tokens");
+    assert!(n_ahead > 1000, "only {n_ahead} steps planned ahead");
+}
+
+/// 200 random workloads (requests arriving, aborted, stopping early, a pool small enough to
+/// preempt), each request's tokens checked against the fake model's; `chained`: run as
+/// [`chained_step`] does. Returns the preemptions, the cached tokens and the steps planned
+/// ahead.
+fn random_workloads(chained: bool) -> (usize, usize, usize) {
+    let (mut n_preempted, mut n_cached, mut n_ahead) = (0, 0, 0);
     for seed in 1..=200u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let (bs, n_blocks) = (1 + rng.below(4), 4 + rng.below(12));
@@ -414,6 +474,7 @@ fn random_workloads_keep_invariants_and_finish() {
         let mut finished = HashMap::new();
         let (n_requests, mut next_id) = (12, 0u64);
         let prompts = [vec![1, 2, 3, 4, 5, 6, 7, 8], vec![9, 9, 9, 9, 9]];
+        let mut ahead = None;
         for step_no in 0..5000 {
             if next_id < n_requests && rng.below(3) == 0 {
                 let len = 1 + rng.below(capacity.min(12));
@@ -444,7 +505,12 @@ fn random_workloads_keep_invariants_and_finish() {
                 .iter()
                 .map(|(&i, r)| (i, r.tokens.clone()))
                 .collect();
-            let (plan, fin) = step(&mut s, &mut kv, &stop);
+            let (plan, fin) = if chained {
+                chained_step(&mut s, &mut kv, &stop, &mut ahead)
+            } else {
+                step(&mut s, &mut kv, &stop)
+            };
+            n_ahead += usize::from(ahead.is_some());
             assert!(
                 plan.n_tokens() <= budget,
                 "seed {seed} step {step_no}: budget"
@@ -496,9 +562,8 @@ fn random_workloads_keep_invariants_and_finish() {
         for (id, want) in &expected {
             assert_eq!(finished.get(id), Some(want), "seed {seed} request {id}");
         }
-    } // NOTE: the workload must really exercise preemption and the prefix cache.
-    assert!(n_preempted > 100, "only {n_preempted} preemptions");
-    assert!(n_cached > 100, "only {n_cached} cached tokens");
+    }
+    (n_preempted, n_cached, n_ahead)
 }
 
 #[test]
@@ -522,4 +587,57 @@ fn planning_twice_without_update_reserves_nothing_twice() {
     let done = drain(&mut s, &mut kv, 20);
     assert_eq!(done[&1], reference(&(0..9).collect::<Vec<_>>(), 3, never));
     assert_eq!(done[&2], reference(&[7; 3], 3, never));
+}
+
+#[test]
+fn steps_are_planned_ahead_only_for_decodes_that_go_on() {
+    let mut s = scheduler(4, 4, 16, 4);
+    let mut kv = FakeKv::new(&s);
+    s.add(1, vec![5; 3], 3).unwrap();
+    // The prompt's step has three rows of one request: nothing to plan ahead of it.
+    let (prompt, _) = step(&mut s, &mut kv, &never);
+    assert_eq!(s.schedule_ahead(&prompt), None);
+    let plan = s.schedule();
+    assert_eq!((plan.seqs[0].first_pos, plan.seqs[0].tokens.len()), (3, 1));
+    let free = s.pool().n_free();
+    // A request arrives: it goes first.
+    s.add(2, vec![6; 2], 2).unwrap();
+    assert_eq!(s.schedule_ahead(&plan), None);
+    assert!(s.abort(2));
+    // Position 4 needs a second block; asking twice reserves it once.
+    let ahead = s.schedule_ahead(&plan).expect("one decode going on");
+    assert_eq!(s.schedule_ahead(&plan), Some(ahead.clone()));
+    assert_eq!(s.pool().n_free(), free - 1);
+    assert_eq!(ahead.seqs.len(), 1);
+    let seq = &ahead.seqs[0];
+    assert_eq!((seq.id, seq.first_pos, seq.sample), (1, 4, true));
+    assert_eq!(
+        (seq.tokens.as_slice(), seq.block_table.len()),
+        (&[NOT_YET_KNOWN][..], 2)
+    );
+    // After this step the request has two tokens of three: the one after it ends it, so
+    // nothing is planned ahead of the planned step.
+    let (_, sampled) = run_step(&mut s, &mut kv, &never, &plan);
+    assert_eq!(s.schedule_ahead(&ahead), None);
+    // Once the planned step has run with the picked token, the request ends by length.
+    let mut ahead = ahead;
+    ahead.seqs[0].tokens = vec![sampled[0].1];
+    let (finished, _) = run_step(&mut s, &mut kv, &never, &ahead);
+    assert_eq!(finished, vec![(1, FinishReason::Length)]);
+    assert_eq!(s.pool().n_free(), 4);
+}
+
+#[test]
+fn no_step_is_planned_ahead_when_the_pool_would_have_to_preempt() {
+    let mut s = scheduler(2, 2, 16, 4);
+    let mut kv = FakeKv::new(&s);
+    s.add(1, vec![5], 3).unwrap();
+    s.add(2, vec![6], 3).unwrap();
+    step(&mut s, &mut kv, &never);
+    let plan = s.schedule();
+    assert_eq!(plan.seqs.len(), 2);
+    // Position 2 needs a second block for each, and the pool has none left.
+    assert_eq!(s.pool().n_free(), 0);
+    assert_eq!(s.schedule_ahead(&plan), None);
+    assert_eq!(s.update(&plan, &[(1, 7, false), (2, 8, false)]), vec![]);
 }
