@@ -479,6 +479,7 @@ mod tests {
             runner: RunnerConfig {
                 max_batch_tokens: 512,
                 max_seqs: 8,
+                chain_greedy: None,
             },
             default_keep_alive: KeepAlive::Forever,
         };

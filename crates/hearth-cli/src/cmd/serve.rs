@@ -93,6 +93,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             runner: RunnerConfig {
                 max_batch_tokens: args.max_batch_tokens,
                 max_seqs: args.max_seqs,
+                chain_greedy: None,
             },
             default_keep_alive: keep_alive,
         },

@@ -21,10 +21,22 @@ pub(super) struct EngineLoop {
     metrics: Arc<Metrics>,
     active: HashMap<RequestId, Active>,
     next_id: RequestId,
+    /// Whether greedy decode steps are chained (`RunnerConfig::chain_greedy`).
+    chain: bool,
+    /// A chained step queued on the device and not yet taken: the one after the step taken
+    /// last, planned by `Scheduler::schedule_ahead` and running the tokens that step picked
+    /// (its own tokens are placeholders). It is taken next, whatever became of its requests.
+    queued: Option<StepPlan>,
 }
 
 impl EngineLoop {
-    pub fn new(model: String, engine: Engine, scheduler: Scheduler, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        model: String,
+        engine: Engine,
+        scheduler: Scheduler,
+        metrics: Arc<Metrics>,
+        chain: bool,
+    ) -> Self {
         Self {
             model,
             engine,
@@ -32,6 +44,8 @@ impl EngineLoop {
             metrics,
             active: HashMap::new(),
             next_id: 0,
+            chain,
+            queued: None,
         }
     }
 
@@ -39,7 +53,7 @@ impl EngineLoop {
     pub fn run(mut self, commands: Receiver<Command>) {
         self.publish_gauges();
         loop {
-            if self.active.is_empty() {
+            if self.active.is_empty() && self.queued.is_none() {
                 // Idle: sleep until a request arrives.
                 match commands.recv() {
                     Ok(cmd) => self.handle(cmd),
@@ -54,7 +68,7 @@ impl EngineLoop {
                 }
             }
             self.drop_cancelled();
-            if !self.active.is_empty() && !self.step() {
+            if (!self.active.is_empty() || self.queued.is_some()) && !self.step() {
                 // NOTE: nothing could be scheduled (cannot happen while the scheduler admits
                 // only requests that fit the pool); wait for news rather than spin.
                 match commands.recv_timeout(std::time::Duration::from_millis(10)) {
@@ -140,18 +154,55 @@ impl EngineLoop {
     }
 
     /// One engine step: plan, forward, sample, update, send. Returns whether anything ran.
+    ///
+    /// With chaining, a step where every request decodes greedily is queued without waiting
+    /// for its tokens, and so is the step after it, which runs those tokens on the device,
+    /// before the first one's tokens are taken: the device runs the second while the host
+    /// sends the first's tokens and queues the third.
     fn step(&mut self) -> bool {
-        let plan = self.scheduler.schedule();
-        self.metrics
-            .preemptions
-            .fetch_add(plan.preempted.len() as u64, Relaxed);
-        if plan.seqs.is_empty() {
-            return false;
+        let (plan, chained) = match self.queued.take() {
+            Some(plan) => (plan, true),
+            None => {
+                let plan = self.scheduler.schedule();
+                self.metrics
+                    .preemptions
+                    .fetch_add(plan.preempted.len() as u64, Relaxed);
+                if plan.seqs.is_empty() {
+                    return false;
+                }
+                self.note_first_scheduled(&plan);
+                let chained = self.chainable(&plan);
+                if chained {
+                    if let Err(e) = self.engine.queue_plan_chained(&plan, false) {
+                        self.fail_plan(&plan, &e.to_string());
+                        return true;
+                    }
+                }
+                (plan, chained)
+            }
+        };
+        let mut failed = None;
+        if chained {
+            if let Some(ahead) = self.scheduler.schedule_ahead(&plan) {
+                match self.engine.queue_plan_chained(&ahead, true) {
+                    Ok(()) => self.queued = Some(ahead),
+                    Err(e) => failed = Some(e),
+                }
+            }
         }
-        self.note_first_scheduled(&plan);
-        let next = match self.forward(&plan) {
-            Ok(out) => out,
-            Err(e) => {
+        let next = if chained {
+            self.engine.take_plan_chained(&plan)
+        } else {
+            self.forward(&plan)
+        };
+        let next = match (next, failed) {
+            (Ok(out), None) => out,
+            (Ok(out), Some(e)) => {
+                self.engine.recycle(out);
+                self.fail_plan(&plan, &e.to_string());
+                return true;
+            }
+            (Err(e), _) => {
                 self.fail_plan(&plan, &e.to_string());
                 return true;
             }
@@ -211,6 +262,17 @@ impl EngineLoop {
                 .fetch_add(summary.n_generated as u64, Relaxed);
         }
         true
+    }
+
+    /// Whether `plan` runs as a chained step: chaining is on and every request in it decodes
+    /// one token greedily, its pick left to the device (`Active::takes_argmax`).
+    fn chainable(&self, plan: &StepPlan) -> bool {
+        self.chain
+            && plan.seqs.iter().all(|s| {
+                s.tokens.len() == 1
+                    && s.sample
+                    && self.active.get(&s.id).is_some_and(Active::takes_argmax)
+            })
     }
 
     /// Runs `plan`'s forward pass, bringing back the least its sampling requests need: greedy

@@ -11,6 +11,8 @@
 
 mod active;
 mod engine_loop;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,6 +117,11 @@ enum Command {
 pub struct RunnerConfig {
     pub max_batch_tokens: usize,
     pub max_seqs: usize,
+    /// Whether steps where every request decodes greedily are chained: the next one queued
+    /// on the device, running the tokens this one picks there, before this one's come back
+    /// (`Scheduler::schedule_ahead`). `None`: where that overlaps the host's work with the
+    /// device's (`Engine::chained_plans_overlap`).
+    pub chain_greedy: Option<bool>,
 }
 
 /// A model's runner, as request handlers see it. Dropping every handle stops the thread
@@ -141,13 +148,17 @@ impl RunnerHandle {
             max_batch_tokens: config.max_batch_tokens,
             max_seqs: config.max_seqs,
         });
+        let chain = engine.chains_plans()
+            && config
+                .chain_greedy
+                .unwrap_or_else(|| engine.chained_plans_overlap());
         let model = name.to_string();
         // NOTE: the thread is not joined: it ends by itself once every handle is dropped
         // and its last request is done.
         std::thread::Builder::new()
             .name(format!("runner-{name}"))
             .spawn(move || {
-                engine_loop::EngineLoop::new(model, engine, scheduler, metrics).run(rx)
+                engine_loop::EngineLoop::new(model, engine, scheduler, metrics, chain).run(rx)
             })?;
         Ok(Self {
             name: name.to_string(),
