@@ -8,7 +8,8 @@
 # .device-bin/ (or the folder LLAMA_PREBUILT names), later calls unpack them instead of
 # building, as long as the source is of the same commit and llama-bench runs. A call brings
 # back only a few files, so the saving call points SAVE_LLAMA_BIN at its $OUT and the bench's
-# own OUT elsewhere: `OUT=/tmp/bench SAVE_LLAMA_BIN=$OUT bash scripts/device/bench_cuda.sh`.
+# own OUT elsewhere: `SAVE_LLAMA_BIN=$OUT OUT=/tmp/bench bash scripts/device/bench_cuda.sh`
+# (in that order: the shell expands each assignment after the ones before it).
 
 llama_prebuilt_name=llama-cuda-bin.tar.xz
 

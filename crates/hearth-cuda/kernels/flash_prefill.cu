@@ -19,6 +19,9 @@
 // the splits' (max, sum) into the row's own, so that every split weights its values with the
 // final weights, and writes its part of the output to `parts`; flash_combine adds the parts.
 //
+// NOTE (H100, BENCHMARKS.md 2026-11-28 evening): blocks taking the 2 or 4 heads of one KV
+// head, so that each copied key and value tile served them all, measured no faster.
+//
 // Launch: grid (tiles, heads × n_split), 128 threads (4 warps of 16 query rows). `tiles` holds
 // per tile (sequence, first token row, query count); a sequence's tokens are consecutive rows
 // with consecutive positions.
