@@ -298,7 +298,8 @@ impl CudaBackend {
             .unwrap_or(0);
         let shared = flash_shared_bytes(p.head_dim);
         let n_split = if st.mode == Mode::Eager {
-            let resident = self.resident_blocks(st, name, FLASH_THREADS, shared)?;
+            let resident = self.resident_per_sm(st, name, FLASH_THREADS, shared)?
+                * self.dev.info().sm_count as usize;
             flash_splits(
                 n_tiles * p.n_heads,
                 resident,

@@ -308,15 +308,7 @@ impl CudaBackend {
         if let Some(&(_, blocks)) = st.decode_layers.grids.iter().find(|(s, _)| *s == shared) {
             return Ok((blocks > 0).then_some(blocks));
         }
-        let f = self.dev.function("decode_layers")?;
-        f.set_attribute(
-            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            shared as i32,
-        )
-        .map_err(driver("decode_layers shared memory"))?;
-        let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(THREADS, shared as usize, None)
-            .map_err(driver("decode_layers occupancy"))?;
+        let per_sm = self.resident_per_sm(st, "decode_layers", THREADS, shared)? as u32;
         let wanted = std::env::var("HEARTH_CUDA_DECODE_BLOCKS_PER_SM")
             .ok()
             .and_then(|v| v.parse().ok())

@@ -1,7 +1,7 @@
 //! Kernel launches of the CUDA backend: argument packing and the matmul strategy.
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
-use cudarc::driver::{sys, LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys, CudaFunction, LaunchConfig, PushKernelArg};
 use hearth_quant::GgmlType;
 
 use super::dependent_launch;
@@ -63,6 +63,19 @@ pub(super) enum Arg {
     F(f32),
 }
 
+/// Lets `f`'s blocks take `shared_bytes` of dynamic shared memory (a kernel must be allowed
+/// more than the default 48 KiB first).
+fn allow_shared(f: &CudaFunction, shared_bytes: u32) -> Result<(), CudaError> {
+    if shared_bytes > 48 << 10 {
+        f.set_attribute(
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared_bytes as i32,
+        )
+        .map_err(driver("kernel shared memory"))?;
+    }
+    Ok(())
+}
+
 /// GGML's number for the type, as kernels/dequant.cu switches on it.
 fn type_code(ty: GgmlType) -> i32 {
     ty.id() as i32
@@ -82,9 +95,8 @@ impl CudaBackend {
     }
 
     /// How many `threads`-thread blocks of `name` with `shared_bytes` of dynamic shared memory
-    /// the whole GPU runs at once (the driver's occupancy for one multiprocessor, times their
-    /// number).
-    pub(super) fn resident_blocks(
+    /// a multiprocessor runs at once (the driver's occupancy; 0 when none fits).
+    pub(super) fn resident_per_sm(
         &self,
         st: &mut State,
         name: &'static str,
@@ -96,17 +108,10 @@ impl CudaBackend {
             return Ok(n);
         }
         let f = self.dev.function(name)?;
-        if shared_bytes > 48 << 10 {
-            f.set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared_bytes as i32,
-            )
-            .map_err(driver("kernel shared memory"))?;
-        }
-        let per_sm = f
+        allow_shared(f, shared_bytes)?;
+        let n = f
             .occupancy_max_active_blocks_per_multiprocessor(threads, shared_bytes as usize, None)
-            .map_err(driver("kernel occupancy"))?;
-        let n = per_sm as usize * self.dev.info().sm_count as usize;
+            .map_err(driver("kernel occupancy"))? as usize;
         st.resident.push((key, n));
         Ok(n)
     }
@@ -132,13 +137,7 @@ impl CudaBackend {
             return Ok(());
         }
         let f = self.dev.function(name)?;
-        if shared_bytes > 48 << 10 {
-            f.set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared_bytes as i32,
-            )
-            .map_err(driver("kernel shared memory"))?;
-        }
+        allow_shared(f, shared_bytes)?;
         if self.overlap_launches {
             let stream = self.dev.stream().cu_stream();
             // SAFETY: as below; every kernel calls await_previous_kernels (checked by

@@ -84,8 +84,8 @@ pub(super) struct State {
     pub tensor_at: usize,
     /// Chained greedy steps' buffers and the ids not yet taken (`chained.rs`).
     pub chain: Chain,
-    /// How many blocks of a kernel, at a block size and shared memory, the whole GPU holds at
-    /// once (`launch.rs` `resident_blocks`).
+    /// How many blocks of a kernel, at a block size and shared memory, a multiprocessor holds
+    /// at once (`launch.rs` `resident_per_sm`).
     pub resident: Vec<((&'static str, u32, u32), usize)>,
 }
 
