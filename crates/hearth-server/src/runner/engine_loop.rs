@@ -154,55 +154,13 @@ impl EngineLoop {
     }
 
     /// One engine step: plan, forward, sample, update, send. Returns whether anything ran.
-    ///
-    /// With chaining, a step where every request decodes greedily is queued without waiting
-    /// for its tokens, and so is the step after it, which runs those tokens on the device,
-    /// before the first one's tokens are taken: the device runs the second while the host
-    /// sends the first's tokens and queues the third.
     fn step(&mut self) -> bool {
-        let (plan, chained) = match self.queued.take() {
-            Some(plan) => (plan, true),
-            None => {
-                let plan = self.scheduler.schedule();
-                self.metrics
-                    .preemptions
-                    .fetch_add(plan.preempted.len() as u64, Relaxed);
-                if plan.seqs.is_empty() {
-                    return false;
-                }
-                self.note_first_scheduled(&plan);
-                let chained = self.chainable(&plan);
-                if chained {
-                    if let Err(e) = self.engine.queue_plan_chained(&plan, false) {
-                        self.fail_plan(&plan, &e.to_string());
-                        return true;
-                    }
-                }
-                (plan, chained)
-            }
+        let Some((plan, next)) = self.forward_next() else {
+            return false;
         };
-        let mut failed = None;
-        if chained {
-            if let Some(ahead) = self.scheduler.schedule_ahead(&plan) {
-                match self.engine.queue_plan_chained(&ahead, true) {
-                    Ok(()) => self.queued = Some(ahead),
-                    Err(e) => failed = Some(e),
-                }
-            }
-        }
-        let next = if chained {
-            self.engine.take_plan_chained(&plan)
-        } else {
-            self.forward(&plan)
-        };
-        let next = match (next, failed) {
-            (Ok(out), None) => out,
-            (Ok(out), Some(e)) => {
-                self.engine.recycle(out);
-                self.fail_plan(&plan, &e.to_string());
-                return true;
-            }
-            (Err(e), _) => {
+        let next = match next {
+            Ok(out) => out,
+            Err(e) => {
                 self.fail_plan(&plan, &e.to_string());
                 return true;
             }
@@ -262,6 +220,55 @@ impl EngineLoop {
                 .fetch_add(summary.n_generated as u64, Relaxed);
         }
         true
+    }
+
+    /// The next step's plan and what its forward pass brought back: the step queued ahead if
+    /// there is one, else a new plan; `None` when nothing could be scheduled.
+    ///
+    /// With chaining, a step where every request decodes greedily is queued without waiting
+    /// for its tokens, and so is the step after it, which runs those tokens on the device,
+    /// before the first one's tokens are taken: the device runs the second while the host
+    /// sends the first's tokens and queues the third.
+    fn forward_next(&mut self) -> Option<(StepPlan, Result<PlanOutput, EngineError>)> {
+        let (plan, chained) = match self.queued.take() {
+            Some(plan) => (plan, true),
+            None => {
+                let plan = self.scheduler.schedule();
+                self.metrics
+                    .preemptions
+                    .fetch_add(plan.preempted.len() as u64, Relaxed);
+                if plan.seqs.is_empty() {
+                    return None;
+                }
+                self.note_first_scheduled(&plan);
+                let chained = self.chainable(&plan);
+                if chained {
+                    if let Err(e) = self.engine.queue_plan_chained(&plan, false) {
+                        return Some((plan, Err(e)));
+                    }
+                }
+                (plan, chained)
+            }
+        };
+        if !chained {
+            let out = self.forward(&plan);
+            return Some((plan, out));
+        }
+        let queued_ahead = match self.scheduler.schedule_ahead(&plan) {
+            Some(ahead) => self
+                .engine
+                .queue_plan_chained(&ahead, true)
+                .map(|()| self.queued = Some(ahead)),
+            None => Ok(()),
+        };
+        let out = match (self.engine.take_plan_chained(&plan), queued_ahead) {
+            (Ok(out), Err(e)) => {
+                self.engine.recycle(out);
+                Err(e)
+            }
+            (out, _) => out,
+        };
+        Some((plan, out))
     }
 
     /// Whether `plan` runs as a chained step: chaining is on and every request in it decodes
