@@ -135,9 +135,11 @@ impl Engine {
     ) -> Result<(), EngineError> {
         if let Some(s) = plan.seqs.iter().find(|s| s.tokens.len() != 1 || !s.sample) {
             return Err(EngineError::Invalid(format!(
-                "request {}: a chained step runs one sampled token a sequence, not {}",
+                "request {}: a chained step runs one token a sequence and samples it, not {} \
+                 token(s){}",
                 s.id,
-                s.tokens.len()
+                s.tokens.len(),
+                if s.sample { "" } else { " without sampling" }
             )));
         }
         let rows = PlanRows::of(plan, self.n_ctx())?;

@@ -420,3 +420,30 @@ fn tiny_qwen3_chained_steps_equal_steps_one_by_one() {
     };
     check_chained("tiny-qwen3-q8_0.gguf", 8, config);
 }
+
+#[test]
+fn a_prompt_chunk_is_refused_as_a_chained_step() {
+    let path = model_path("tiny-qwen3-q8_0.gguf");
+    let opts = EngineOptions {
+        n_ctx: 256,
+        n_kv_tokens: 256,
+        n_threads: 2,
+        device: common::test_device(),
+        ..EngineOptions::default()
+    };
+    let mut engine = Engine::load(&path, &opts).expect("load");
+    let config = SchedulerConfig {
+        max_batch_tokens: 64,
+        max_seqs: 4,
+    };
+    let mut sched = engine.scheduler(config);
+    sched.add(7, vec![11, 12, 13, 14, 15], 4).expect("add");
+    let plan = sched.schedule();
+    let err = engine.queue_plan_chained(&plan, false).unwrap_err();
+    assert!(err.to_string().contains("request 7"), "{err}");
+    assert!(err.to_string().contains("not 5 token(s)"), "{err}");
+    // Nothing was queued, so there is nothing to take; the plan still runs as usual.
+    assert!(engine.take_plan_chained(&plan).is_err());
+    let out = engine.run_plan_argmax(&plan).expect("the prompt runs");
+    assert_eq!(out.len(), 1);
+}
