@@ -27,7 +27,7 @@ impl Scheduler {
         {
             return None;
         }
-        let chainable = running.seqs.iter().all(|s| {
+        let goes_on = running.seqs.iter().all(|s| {
             self.requests.get(&s.id).is_some_and(|r| {
                 s.tokens.len() == 1
                     && s.sample
@@ -36,6 +36,9 @@ impl Scheduler {
                     && r.n_generated() + 1 < r.max_new_tokens
             })
         });
+        if !goes_on {
+            return None;
+        }
         let blocks: usize = running
             .seqs
             .iter()
@@ -47,7 +50,7 @@ impl Scheduler {
                 )
             })
             .sum();
-        if !chainable || blocks > self.pool.n_free() {
+        if blocks > self.pool.n_free() {
             return None;
         }
         let mut plan = StepPlan::default();
