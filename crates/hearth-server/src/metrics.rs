@@ -74,6 +74,9 @@ pub struct Metrics {
     /// Requests whose client went away before they finished.
     pub cancelled: AtomicU64,
     pub preemptions: AtomicU64,
+    /// Greedy decode steps queued on the device before the step before them had brought its
+    /// tokens back (`RunnerConfig::chain_greedy`).
+    pub chained_steps: AtomicU64,
     pub ttft: Histogram,
     pub inter_token: Histogram,
     /// Model name -> its engine's gauges.
@@ -155,6 +158,11 @@ impl Metrics {
                 "hearth_preemptions_total",
                 "Requests preempted (KV blocks freed, recomputed later).",
                 &self.preemptions,
+            ),
+            (
+                "hearth_chained_steps_total",
+                "Greedy decode steps queued before the step before them returned its tokens.",
+                &self.chained_steps,
             ),
         ];
         for (name, help, value) in counters {

@@ -255,10 +255,10 @@ impl EngineLoop {
             return Some((plan, out));
         }
         let queued_ahead = match self.scheduler.schedule_ahead(&plan) {
-            Some(ahead) => self
-                .engine
-                .queue_plan_chained(&ahead, true)
-                .map(|()| self.queued = Some(ahead)),
+            Some(ahead) => self.engine.queue_plan_chained(&ahead, true).map(|()| {
+                self.metrics.chained_steps.fetch_add(1, Relaxed);
+                self.queued = Some(ahead);
+            }),
             None => Ok(()),
         };
         let out = match (self.engine.take_plan_chained(&plan), queued_ahead) {

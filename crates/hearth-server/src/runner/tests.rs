@@ -4,6 +4,7 @@
 //! greedy ones.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,6 +12,7 @@ use hearth_engine::{Device, Engine, EngineOptions};
 use hearth_sampler::SamplingParams;
 
 use super::{Event, Finish, GenerateRequest, RunnerConfig, RunnerHandle};
+use crate::metrics::Metrics;
 
 fn engine() -> Engine {
     let path =
@@ -50,19 +52,21 @@ fn request(
     }
 }
 
-/// Runs `requests` together on a runner with chaining `chain`; their outcomes in order.
-fn run(requests: &[GenerateRequest], chain: bool) -> Vec<Outcome> {
+/// Runs `requests` together on a runner with chaining `chain`; their outcomes in order, and
+/// how many steps were queued ahead.
+fn run(requests: &[GenerateRequest], chain: bool) -> (Vec<Outcome>, u64) {
     let config = RunnerConfig {
         max_batch_tokens: 64,
         max_seqs: 8,
         chain_greedy: Some(chain),
     };
-    let runner = RunnerHandle::spawn("tiny", engine(), config, Arc::default()).expect("spawn");
+    let metrics = Arc::new(Metrics::default());
+    let runner = RunnerHandle::spawn("tiny", engine(), config, metrics.clone()).expect("spawn");
     let receivers: Vec<_> = requests
         .iter()
         .map(|r| runner.submit(r.clone()).expect("the runner is up"))
         .collect();
-    receivers
+    let outcomes = receivers
         .into_iter()
         .map(|mut rx| {
             let (mut tokens, mut text) = (Vec::new(), String::new());
@@ -84,7 +88,8 @@ fn run(requests: &[GenerateRequest], chain: bool) -> Vec<Outcome> {
                 }
             }
         })
-        .collect()
+        .collect();
+    (outcomes, metrics.chained_steps.load(Relaxed))
 }
 
 fn prompt(seed: u32, len: u32) -> Vec<u32> {
@@ -105,7 +110,7 @@ fn chained_greedy_steps_give_every_request_the_same_tokens() {
     ];
     // Request 4 ends on a stop string, a few tokens in, while others go on: the step queued
     // ahead of that one still runs its row, which must come to nothing.
-    let plain = run(&requests, false);
+    let (plain, _) = run(&requests, false);
     let tokenizer = engine().tokenizer.clone();
     let generated = &plain[4].tokens;
     let stop = (3..generated.len())
@@ -123,7 +128,8 @@ fn chained_greedy_steps_give_every_request_the_same_tokens() {
         ..SamplingParams::default()
     };
     requests.push(request(prompt(6, 4), 4, sampled, &[]));
-    let plain = run(&requests, false);
+    let (plain, n_plain) = run(&requests, false);
+    assert_eq!(n_plain, 0, "no step is queued ahead without chaining");
     assert_eq!(
         plain[4].finish,
         Finish::Stop,
@@ -131,7 +137,8 @@ fn chained_greedy_steps_give_every_request_the_same_tokens() {
     );
     assert!(plain[4].n_generated < 24);
     assert!(plain[..4].iter().all(|o| o.finish == Finish::Length));
-    let chained = run(&requests, true);
+    let (chained, n_chained) = run(&requests, true);
+    assert!(n_chained >= 10, "only {n_chained} steps were queued ahead");
     for (i, (p, c)) in plain.iter().zip(&chained).enumerate() {
         assert_eq!(p, c, "request {i}");
     }
