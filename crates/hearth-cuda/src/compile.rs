@@ -28,6 +28,8 @@ pub const KERNEL_SOURCE: &str = concat!(
     "\n",
     include_str!("../kernels/flash_prefill.cu"),
     "\n",
+    include_str!("../kernels/attention_gqa.cu"),
+    "\n",
     include_str!("../kernels/mmq_f16.cu"),
     "\n",
     include_str!("../kernels/decode_layers.cu"),
@@ -264,6 +266,22 @@ mod tests {
                 "#define ATTN_MAX_SPLITS {}",
                 crate::backend::ATTN_MAX_SPLITS
             ),
+        ] {
+            assert!(KERNEL_SOURCE.contains(&define), "kernels lack `{define}`");
+        }
+    }
+
+    /// The tensor-core split attention's blocks, shared memory and split counts are the
+    /// host's: a kernel of other sizes would read or write past what the launch gives it.
+    #[test]
+    fn the_tensor_core_split_attention_kernels_have_the_hosts_sizes() {
+        use crate::backend::{GQA_BK, GQA_MAX_GROUP, GQA_MAX_SPLITS, GQA_STAGES, GQA_THREADS};
+        for define in [
+            format!("#define GQA_WARPS {}", GQA_THREADS / 32),
+            format!("#define GQA_BK {GQA_BK}"),
+            format!("#define GQA_STAGES {GQA_STAGES}"),
+            format!("#define GQA_MAX_GROUP {GQA_MAX_GROUP}"),
+            format!("#define GQA_MAX_SPLITS {GQA_MAX_SPLITS}"),
         ] {
             assert!(KERNEL_SOURCE.contains(&define), "kernels lack `{define}`");
         }

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 78] = [
+pub(crate) const KERNEL_NAMES: [&str; 84] = [
     "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
@@ -55,6 +55,12 @@ pub(crate) const KERNEL_NAMES: [&str; 78] = [
     "attention_split_values_hd128",
     "attention_split_scores_hd256",
     "attention_split_values_hd256",
+    "attention_gqa_scores_hd64",
+    "attention_gqa_values_hd64",
+    "attention_gqa_scores_hd128",
+    "attention_gqa_values_hd128",
+    "attention_gqa_scores_hd256",
+    "attention_gqa_values_hd256",
     "attention_hd256_wide",
     "gemv3_q8_0",
     "gemv3_q4_0",

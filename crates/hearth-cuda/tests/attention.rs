@@ -188,6 +188,14 @@ fn prompt_and_decode_attention_match_the_cpu() {
         &[(130, 77), (20, 1), (3, 150)],
         &[(207, 1), (21, 1), (153, 1)],
     ];
+    // Head sizes 64, 128 and 256 take the tensor-core kernels (attention_gqa.cu) by default,
+    // the others attention_split.cu's; the second round runs all of them on the latter.
+    let gpu = gpu.with_gqa_attention(true);
+    for (hd, n_heads, n_kv_heads, window, softcap) in cases {
+        let p = params(hd, n_heads, n_kv_heads, window, softcap);
+        check_steps(&gpu, &cpu, &p, &steps, &mut rng);
+    }
+    let gpu = gpu.with_gqa_attention(false);
     for (hd, n_heads, n_kv_heads, window, softcap) in cases {
         let p = params(hd, n_heads, n_kv_heads, window, softcap);
         check_steps(&gpu, &cpu, &p, &steps, &mut rng);
@@ -229,6 +237,8 @@ fn split_heads_match_the_cpu() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(23);
     let cases = [
         (128, 16, 8, None, None),
+        // Sixteen query heads a KV head: every row of the tensor-core kernels' products.
+        (64, 16, 1, None, None),
         (64, 8, 2, Some(300), None),
         (64, 8, 2, Some(40), None),
         (256, 4, 1, None, Some(50.0)),
@@ -246,6 +256,14 @@ fn split_heads_match_the_cpu() {
         &[(700, 1), (65, 1), (131, 1)],
         &[(701, 1), (66, 1), (132, 1)],
     ];
+    // Head sizes 64, 128 and 256 take the tensor-core kernels (attention_gqa.cu) by default,
+    // the others attention_split.cu's; the second round runs all of them on the latter.
+    let gpu = gpu.with_gqa_attention(true);
+    for (hd, n_heads, n_kv_heads, window, softcap) in cases {
+        let p = params(hd, n_heads, n_kv_heads, window, softcap);
+        check_steps(&gpu, &cpu, &p, &steps, &mut rng);
+    }
+    let gpu = gpu.with_gqa_attention(false);
     for (hd, n_heads, n_kv_heads, window, softcap) in cases {
         let p = params(hd, n_heads, n_kv_heads, window, softcap);
         check_steps(&gpu, &cpu, &p, &steps, &mut rng);
@@ -293,6 +311,14 @@ fn split_prompt_spans_match_the_cpu() {
         &[(300, 130), (40, 64)],
         &[(430, 1), (104, 1)],
     ];
+    // Head sizes 64, 128 and 256 take the tensor-core kernels (attention_gqa.cu) by default,
+    // the others attention_split.cu's; the second round runs all of them on the latter.
+    let gpu = gpu.with_gqa_attention(true);
+    for (hd, n_heads, n_kv_heads, window, softcap) in cases {
+        let p = params(hd, n_heads, n_kv_heads, window, softcap);
+        check_steps(&gpu, &cpu, &p, &steps, &mut rng);
+    }
+    let gpu = gpu.with_gqa_attention(false);
     for (hd, n_heads, n_kv_heads, window, softcap) in cases {
         let p = params(hd, n_heads, n_kv_heads, window, softcap);
         check_steps(&gpu, &cpu, &p, &steps, &mut rng);

@@ -202,15 +202,43 @@ impl CudaBackend {
     /// heads alone would leave at least half the multiprocessors idle: a head's positions are
     /// a chain of loads through one block, and at 2,048 positions of Qwen3-0.6B the 16 heads'
     /// blocks each pulled 1 MB of cache through one multiprocessor. Sliding-window layers
-    /// whose window is shorter than a long context keep one block.
+    /// whose window is shorter than a long context keep one block. The tensor-core kernels
+    /// (`gqa_attention_kernels`) split each KV head's positions into about two blocks a
+    /// multiprocessor, up to GQA_MAX_SPLITS.
     fn attention_splits(&self, p: &AttnParams, n: usize, context: usize) -> Option<u32> {
         let long = self.long_context(context) && p.window.is_none_or(|w| w >= self.attn_split_from);
         if !long || !self.wide_attention(n) {
             return None;
         }
-        let heads = (p.n_heads * n).max(1) as u32;
-        let splits = (self.dev.info().sm_count / heads).min(ATTN_MAX_SPLITS as u32);
+        let sm = self.dev.info().sm_count;
+        let splits = if self.gqa_attention_kernels(p).is_some() {
+            // Blocks of 8 warps, one a KV head and split: about two a multiprocessor.
+            let groups = (p.n_kv_heads * n).max(1) as u32;
+            (2 * sm).div_ceil(groups).min(GQA_MAX_SPLITS as u32)
+        } else {
+            let heads = (p.n_heads * n).max(1) as u32;
+            (sm / heads).min(ATTN_MAX_SPLITS as u32)
+        };
         (splits >= 2).then_some(splits)
+    }
+
+    /// The scores and values kernels of split attention on tensor cores, one block for all
+    /// the query heads of a KV head (kernels/attention_gqa.cu), where they apply: head sizes
+    /// 64, 128 and 256, at most GQA_MAX_GROUP query heads a KV head, a GPU with mma, and
+    /// `HEARTH_CUDA_ATTN_GQA` not 0.
+    fn gqa_attention_kernels(&self, p: &AttnParams) -> Option<(&'static str, &'static str)> {
+        let grouped = p.n_kv_heads > 0
+            && p.n_heads.is_multiple_of(p.n_kv_heads)
+            && p.n_heads / p.n_kv_heads <= GQA_MAX_GROUP;
+        if !self.gqa_attention || !grouped || !self.dev.info().has_mma() {
+            return None;
+        }
+        Some(match p.head_dim {
+            64 => ("attention_gqa_scores_hd64", "attention_gqa_values_hd64"),
+            128 => ("attention_gqa_scores_hd128", "attention_gqa_values_hd128"),
+            256 => ("attention_gqa_scores_hd256", "attention_gqa_values_hd256"),
+            _ => return None,
+        })
     }
 
     /// The two launches of split attention (`args`: the single-block kernel's arguments) over
@@ -231,7 +259,8 @@ impl CudaBackend {
         // at most ATTN_SPLIT_MIN positions, or a span / n_split share rounded up), then its
         // (m, l) and its part of the output.
         let span = p.window.map_or(capacity, |w| w.min(capacity));
-        let per_split = span.div_ceil(n_split as usize) + ATTN_SPLIT_MIN;
+        // A multiple of 4: the tensor-core kernels copy a split's scores 16 bytes at a time.
+        let per_split = (span.div_ceil(n_split as usize) + ATTN_SPLIT_MIN).next_multiple_of(4);
         let kept = slots * per_split * 4;
         let bytes = 2 * kept + slots * 8 + slots * p.head_dim * 4;
         let Some((counts, scratch)) = self.row_counters_and_scratch(st, heads, bytes)? else {
@@ -249,6 +278,14 @@ impl CudaBackend {
             Arg::P(parts),
             Arg::P(counts),
         ]);
+        if let Some((scores, values)) = self.gqa_attention_kernels(p) {
+            let grid = (p.n_kv_heads as u32 * n_split, n as u32);
+            let (scores_shared, values_shared) = gqa_shared_bytes(p.head_dim);
+            self.launch_with_shared(st, scores, grid, GQA_THREADS, scores_shared, &all)?;
+            self.launch_with_shared(st, values, grid, GQA_THREADS, values_shared, &all)?;
+            st.arena.give_back(scratch, bytes);
+            return Ok(true);
+        }
         // As the single-block kernels: a lane's share covers the head.
         let (scores, values) = match p.head_dim {
             1..=32 => ("attention_split_scores_hd32", "attention_split_values_hd32"),
@@ -391,6 +428,26 @@ pub(crate) const ATTN_WIDE_WARPS: u32 = 32;
 pub(crate) const ATTN_SPLIT_MIN: usize = 64;
 pub(crate) const ATTN_MAX_SPLITS: usize = 16;
 const _: () = assert!(ATTN_MAX_SPLITS <= ATTN_SPLIT_MIN && ATTN_MAX_SPLITS <= 32);
+/// Threads of a block of the tensor-core split attention (kernels/attention_gqa.cu
+/// GQA_WARPS warps), most query heads of its KV head (GQA_MAX_GROUP: an mma's 16 rows), most
+/// splits of a head (GQA_MAX_SPLITS: a warp's lanes), positions of a tile (GQA_BK) and tiles
+/// in flight (GQA_STAGES); a test in compile.rs checks the kernels agree.
+pub(crate) const GQA_THREADS: u32 = 256;
+pub(crate) const GQA_MAX_GROUP: usize = 16;
+pub(crate) const GQA_MAX_SPLITS: usize = 32;
+pub(crate) const GQA_BK: usize = 64;
+pub(crate) const GQA_STAGES: usize = 4;
+const _: () = assert!(GQA_MAX_SPLITS <= ATTN_SPLIT_MIN);
+
+/// Dynamic shared memory of the tensor-core split attention's scores and values kernels:
+/// GQA_STAGES tiles of GQA_BK keys or values with rows padded by 8 values, and for the values
+/// kernel each stage's scores of GQA_MAX_GROUP heads (kernels/attention_gqa.cu).
+fn gqa_shared_bytes(head_dim: usize) -> (u32, u32) {
+    let tiles = GQA_STAGES * GQA_BK * (head_dim + 8) * 2;
+    let scores = GQA_STAGES * GQA_MAX_GROUP * GQA_BK * 4;
+    (tiles as u32, (tiles + scores) as u32)
+}
+
 /// Longest sequence (positions) from which few-token decode steps split their heads across
 /// blocks, unless `HEARTH_CUDA_ATTN_SPLIT_FROM` says otherwise (`attention_splits`).
 /// NOTE (H200, Qwen3-0.6B Q8_0, `scripts/device/binary_ab.sh`, two rounds): splitting every

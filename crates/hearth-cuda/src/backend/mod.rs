@@ -23,7 +23,10 @@ mod upload;
 mod weight_heap;
 
 #[cfg(test)]
-pub(crate) use attention::{ATTN_MAX_SPLITS, ATTN_SPLIT_MIN, ATTN_WIDE_WARPS};
+pub(crate) use attention::{
+    ATTN_MAX_SPLITS, ATTN_SPLIT_MIN, ATTN_WIDE_WARPS, GQA_BK, GQA_MAX_GROUP, GQA_MAX_SPLITS,
+    GQA_STAGES, GQA_THREADS,
+};
 pub use mmq::mmq_takes_f16_activations;
 
 use std::sync::atomic::AtomicUsize;
@@ -149,6 +152,10 @@ pub struct CudaBackend {
     /// Longest sequence from which few-token steps split attention heads across blocks
     /// (`attention.rs` `attention_splits`; `HEARTH_CUDA_ATTN_SPLIT_FROM` for measurements).
     attn_split_from: usize,
+    /// Whether split decode attention may run on tensor cores, a block for the query heads of
+    /// a KV head (`attention.rs` `gqa_attention_kernels`; `HEARTH_CUDA_ATTN_GQA=0` for
+    /// measurements turns it off).
+    gqa_attention: bool,
     /// Fewest keys a block of split prompt attention walks (`attention.rs` `flash_splits`;
     /// `HEARTH_CUDA_FLASH_SPLIT_KEYS` for measurements).
     flash_split_keys: usize,
@@ -185,6 +192,7 @@ impl CudaBackend {
             wide_attention_set: measurement_setting("HEARTH_CUDA_ATTN_WIDE", 0..=1).map(|v| v == 1),
             attn_split_from: measurement_setting("HEARTH_CUDA_ATTN_SPLIT_FROM", 0..=1 << 30)
                 .unwrap_or(attention::ATTN_SPLIT_FROM),
+            gqa_attention: measurement_setting("HEARTH_CUDA_ATTN_GQA", 0..=1) != Some(0),
             flash_split_keys: measurement_setting("HEARTH_CUDA_FLASH_SPLIT_KEYS", 1..=1 << 30)
                 .unwrap_or(attention::FLASH_SPLIT_KEYS),
         })
@@ -202,6 +210,13 @@ impl CudaBackend {
     /// step, `usize::MAX` none (`attention.rs` `attention_splits`).
     pub fn with_attention_split_from(mut self, positions: usize) -> Self {
         self.attn_split_from = positions;
+        self
+    }
+
+    /// Lets split decode attention run on tensor cores where it applies, or not, whatever
+    /// `HEARTH_CUDA_ATTN_GQA` says (`attention.rs` `gqa_attention_kernels`).
+    pub fn with_gqa_attention(mut self, on: bool) -> Self {
+        self.gqa_attention = on;
         self
     }
 
