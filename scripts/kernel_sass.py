@@ -3,8 +3,8 @@
 
 Compiles crates/hearth-cuda/kernels (in the order hearth-cuda's compile.rs joins them) with
 NVRTC for one architecture, disassembles the CUBIN and prints, for each kernel named, its
-registers and every loop that holds a dp4a (IDP): its length in instructions and the most
-common opcodes. That is how the inner loops of the int8 GEMVs were compared (BENCHMARKS.md,
+registers and every loop that holds a dp4a (IDP; another opcode with --op): its length in
+instructions and the most common opcodes. That is how the inner loops of the int8 GEMVs were compared (BENCHMARKS.md,
 2026-11-27).
 
 Needs NVIDIA's PyPI wheels, which run on any x86-64 Linux machine:
@@ -27,9 +27,9 @@ from collections import Counter
 from pathlib import Path
 
 KERNELS = Path(__file__).resolve().parent.parent / "crates/hearth-cuda/kernels"
-# The order of compile.rs's KERNEL_SOURCE.
-FILES = ["common.cuh", "gemv.cu", "gemv_q8a.cu", "mmq.cu", "reduce.cu", "top_k.cu",
-         "dequant.cu", "mlx.cu", "model.cu", "flash_prefill.cu"]
+# The files of compile.rs's KERNEL_SOURCE, in its order.
+FILES = re.findall(r'include_str!\("\.\./kernels/([\w.]+)"\)',
+                   (KERNELS.parent / "src/compile.rs").read_text())
 
 
 def tool(root, pattern):
@@ -65,8 +65,8 @@ def opcode(line):
     return text.split()[0].split(".")[0] if text else ""
 
 
-def loops(body):
-    """Backward branches whose span holds a dp4a: (start, end, instruction opcodes)."""
+def loops(body, op):
+    """Backward branches whose span holds opcode `op`: (start, end, instruction opcodes)."""
     addrs = [int(re.search(r"/\*([0-9a-f]{4,})\*/", line).group(1), 16) for line in body]
     for i, line in enumerate(body):
         m = re.search(r"BRA (?:`\(\.L_x_\d+\) )?(0x[0-9a-f]+)", line)
@@ -74,13 +74,14 @@ def loops(body):
             continue
         start = int(m.group(1), 16)
         ops = [opcode(body[j]) for j in range(len(body)) if start <= addrs[j] <= addrs[i]]
-        if "IDP" in ops:
+        if op in ops:
             yield start, addrs[i], ops
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--op", default="IDP", help="list the loops holding this opcode (HMMA: mma)")
     ap.add_argument("items", nargs="+", help="NAME=VALUE defines and kernel names")
     args = ap.parse_args()
     root = os.environ.get("CUDA_TOOLS", "/tmp/cuda-tools")
@@ -107,7 +108,7 @@ def main():
             continue
         body = [line for line in m.group(1).split("\n") if re.match(r"\s+/\*[0-9a-f]{4,}\*/", line)]
         print(f"{name}: {len(body)} instructions, {res.group(1) if res else ''}")
-        for start, end, ops in loops(body):
+        for start, end, ops in loops(body, args.op):
             common = ", ".join(f"{op} {n}" for op, n in Counter(ops).most_common(8))
             print(f"  loop {start:#x}-{end:#x}: {len(ops)} instructions ({common})")
 

@@ -115,7 +115,11 @@ __device__ __forceinline__ void split_values(const AttnSpan& sp, const float* ke
     // The warp's first 32 positions' cache rows and scores; each round then loads the next
     // round's before its values, so that their L2 latency overlaps the values' loads.
     // NOTE (H100, 2026-11-28, `binary_ab.sh`, Qwen3-0.6B Q8_0, three rounds): tg128 after
-    // 8,192 tokens 574-581 -> 590-596 tok/s, after 32,768 tokens 324-325 -> 341-342.
+    // 8,192 tokens 574-581 -> 590-596 tok/s, after 32,768 tokens 324-325 -> 341-342. Asking
+    // L2 for the next 32 positions' values as well (prefetch.global.L2), or for the keys of
+    // span_scores' rounds two ahead, was slower (H200, two rounds: after 32,768 tokens 367-373
+    // -> 358-362 keys, 360 values, 350-352 both): these launches wait on their instructions
+    // as much as on memory (Nsight Compute: half the issue slots used).
     u32 next_row = 0;
     float next_score = 0.f;
     if (warp * WARP_SIZE + lane < n) {
