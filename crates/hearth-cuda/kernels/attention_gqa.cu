@@ -23,7 +23,7 @@
 //
 // NOTE (H200, `scripts/device/binary_ab.sh`, against attention_split, tg128 tok/s): Qwen3-0.6B
 // Q8_0 after 32,768 tokens 369 -> 384-387, after 8,192 618-628 -> 647-658, after 2,048
-// 768-773 -> 807-824; Llama-3.1-8B Q4_K_M (4 query heads a KV head) 174 -> 222 and 288 ->
+// 768-773 -> 807-824, after 512 823-833 -> 922-947; Llama-3.1-8B Q4_K_M (4 query heads a KV head) 174 -> 222 and 288 ->
 // 308. A first version with 4-warp blocks measured 262 after 32,768 (Nsight Compute: 8 warps
 // a multiprocessor, each tile's address arithmetic and barriers on the critical path).
 
