@@ -23,6 +23,9 @@ pub struct GpuInfo {
     pub driver_version: u32,
     /// Streaming multiprocessors.
     pub sm_count: u32,
+    /// Most shared memory a block may ask for (bytes, opted in): 227 KiB on Hopper, 99 KiB
+    /// on most consumer GPUs.
+    pub max_shared_per_block: u32,
 }
 
 impl GpuInfo {
@@ -157,6 +160,7 @@ fn read_info(ordinal: usize) -> Result<GpuInfo, CudaUnavailable> {
         total_memory: total_memory as u64,
         driver_version: u32::try_from(driver_version).unwrap_or(0),
         sm_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        max_shared_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
     })
 }
 
@@ -201,6 +205,7 @@ mod tests {
             total_memory: 80 << 30,
             driver_version: 13000,
             sm_count: 132,
+            max_shared_per_block: 227 << 10,
         };
         assert_eq!(info.arch(), "sm_90");
         assert_eq!(

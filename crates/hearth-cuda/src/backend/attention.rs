@@ -224,13 +224,16 @@ impl CudaBackend {
 
     /// The scores and values kernels of split attention on tensor cores, one block for all
     /// the query heads of a KV head (kernels/attention_gqa.cu), where they apply: head sizes
-    /// 64, 128 and 256, at most GQA_MAX_GROUP query heads a KV head, a GPU with mma, and
-    /// `HEARTH_CUDA_ATTN_GQA` not 0.
+    /// 64, 128 and 256, at most GQA_MAX_GROUP query heads a KV head, a GPU with mma whose
+    /// blocks may have the kernels' shared memory (256-wide heads need 157 KiB: not on GPUs
+    /// of 99 KiB a block), and `HEARTH_CUDA_ATTN_GQA` not 0.
     fn gqa_attention_kernels(&self, p: &AttnParams) -> Option<(&'static str, &'static str)> {
         let grouped = p.n_kv_heads > 0
             && p.n_heads.is_multiple_of(p.n_kv_heads)
             && p.n_heads / p.n_kv_heads <= GQA_MAX_GROUP;
-        if !self.gqa_attention || !grouped || !self.dev.info().has_mma() {
+        let info = self.dev.info();
+        let fits = gqa_fits_shared(p.head_dim, info.max_shared_per_block);
+        if !self.gqa_attention || !grouped || !info.has_mma() || !fits {
             return None;
         }
         Some(match p.head_dim {
@@ -439,6 +442,16 @@ pub(crate) const GQA_BK: usize = 64;
 pub(crate) const GQA_STAGES: usize = 4;
 const _: () = assert!(GQA_MAX_SPLITS <= ATTN_SPLIT_MIN);
 
+/// The values kernel's static shared memory (its weights, the head's max and sum, the staged
+/// block table), at most this.
+const GQA_STATIC_SHARED: u32 = 8 << 10;
+
+/// Whether a block of `max_shared` bytes of shared memory holds the tensor-core split
+/// attention's values kernel (the larger of the two) for a head size.
+fn gqa_fits_shared(head_dim: usize, max_shared: u32) -> bool {
+    gqa_shared_bytes(head_dim).1 + GQA_STATIC_SHARED <= max_shared
+}
+
 /// Dynamic shared memory of the tensor-core split attention's scores and values kernels:
 /// GQA_STAGES tiles of GQA_BK keys or values with rows padded by 8 values, and for the values
 /// kernel each stage's scores of GQA_MAX_GROUP heads (kernels/attention_gqa.cu).
@@ -568,7 +581,19 @@ pub(super) fn batch_metadata(
 
 #[cfg(test)]
 mod tests {
-    use super::flash_splits;
+    use super::{flash_splits, gqa_fits_shared};
+
+    /// Hopper (227 KiB a block) and the A100 (163 KiB) take every head size; GPUs of 99 KiB
+    /// (sm_86, sm_89, sm_120) keep the per-head kernels for 256-wide heads (Gemma).
+    #[test]
+    fn tensor_core_split_attention_runs_where_its_shared_memory_fits() {
+        for hd in [64, 128, 256] {
+            assert!(gqa_fits_shared(hd, 227 << 10), "{hd}");
+            assert!(gqa_fits_shared(hd, 163 << 10), "{hd}");
+        }
+        assert!(gqa_fits_shared(128, 99 << 10));
+        assert!(!gqa_fits_shared(256, 99 << 10));
+    }
 
     #[test]
     fn flash_splits_fill_whole_rounds_with_the_fewest_splits() {
