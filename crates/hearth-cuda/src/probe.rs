@@ -160,7 +160,9 @@ fn read_info(ordinal: usize) -> Result<GpuInfo, CudaUnavailable> {
         total_memory: total_memory as u64,
         driver_version: u32::try_from(driver_version).unwrap_or(0),
         sm_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
-        max_shared_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+        // Every driver of the supported CUDA versions answers; the default 48 KiB if not.
+        max_shared_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .unwrap_or(48 << 10),
     })
 }
 
