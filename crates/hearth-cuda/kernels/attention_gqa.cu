@@ -150,7 +150,7 @@ struct GqaSplit {
     // The slot of query head r of the group (AttnSplit's [token][head][split] order) and of
     // split i of that head.
     size_t first;  // slot of split 0 of the group's first head
-    int n_heads, n_split;
+    int n_split;
     __device__ __forceinline__ size_t slot(int r, int i) const {
         return first + (size_t)r * n_split + i;
     }
@@ -161,7 +161,6 @@ __device__ __forceinline__ bool gqa_split(const AttnArgs& a, const AttnSplit& s,
     g.kh = blockIdx.x / s.n_split;
     g.z = blockIdx.x % s.n_split;
     g.th = token_head(a, blockIdx.y, g.kh * g.group);
-    g.n_heads = a.n_heads;
     g.n_split = s.n_split;
     g.first = ((size_t)blockIdx.y * a.n_heads + g.kh * g.group) * s.n_split;
     return split_range(a, s, g.th.pos, g.z, g.j0, g.j1, g.n_active);
@@ -250,8 +249,8 @@ __device__ void gqa_scores(const AttnArgs& a, const AttnSplit& s) {
         m[h] = fmaxf(m[h], __shfl_xor_sync(FULL_MASK, m[h], 2));
     }
     if (c == 0) {
-        if (gr < GQA_MAX_GROUP) s_max[warp][gr] = m[0];
-        if (gr + 8 < GQA_MAX_GROUP) s_max[warp][gr + 8] = m[1];
+        s_max[warp][gr] = m[0];
+        s_max[warp][gr + 8] = m[1];
     }
     __syncthreads();  // also makes the block's score stores visible to all its threads
     for (int r = 0; r < g.group; ++r) {

@@ -190,15 +190,13 @@ fn prompt_and_decode_attention_match_the_cpu() {
     ];
     // Head sizes 64, 128 and 256 take the tensor-core kernels (attention_gqa.cu) by default,
     // the others attention_split.cu's; the second round runs all of them on the latter.
-    let gpu = gpu.with_gqa_attention(true);
-    for (hd, n_heads, n_kv_heads, window, softcap) in cases {
-        let p = params(hd, n_heads, n_kv_heads, window, softcap);
-        check_steps(&gpu, &cpu, &p, &steps, &mut rng);
-    }
-    let gpu = gpu.with_gqa_attention(false);
-    for (hd, n_heads, n_kv_heads, window, softcap) in cases {
-        let p = params(hd, n_heads, n_kv_heads, window, softcap);
-        check_steps(&gpu, &cpu, &p, &steps, &mut rng);
+    let mut gpu = gpu;
+    for gqa in [true, false] {
+        gpu = gpu.with_gqa_attention(gqa);
+        for (hd, n_heads, n_kv_heads, window, softcap) in cases {
+            let p = params(hd, n_heads, n_kv_heads, window, softcap);
+            check_steps(&gpu, &cpu, &p, &steps, &mut rng);
+        }
     }
 }
 
@@ -258,15 +256,13 @@ fn split_heads_match_the_cpu() {
     ];
     // Head sizes 64, 128 and 256 take the tensor-core kernels (attention_gqa.cu) by default,
     // the others attention_split.cu's; the second round runs all of them on the latter.
-    let gpu = gpu.with_gqa_attention(true);
-    for (hd, n_heads, n_kv_heads, window, softcap) in cases {
-        let p = params(hd, n_heads, n_kv_heads, window, softcap);
-        check_steps(&gpu, &cpu, &p, &steps, &mut rng);
-    }
-    let gpu = gpu.with_gqa_attention(false);
-    for (hd, n_heads, n_kv_heads, window, softcap) in cases {
-        let p = params(hd, n_heads, n_kv_heads, window, softcap);
-        check_steps(&gpu, &cpu, &p, &steps, &mut rng);
+    let mut gpu = gpu;
+    for gqa in [true, false] {
+        gpu = gpu.with_gqa_attention(gqa);
+        for (hd, n_heads, n_kv_heads, window, softcap) in cases {
+            let p = params(hd, n_heads, n_kv_heads, window, softcap);
+            check_steps(&gpu, &cpu, &p, &steps, &mut rng);
+        }
     }
 }
 
@@ -313,14 +309,12 @@ fn split_prompt_spans_match_the_cpu() {
     ];
     // Head sizes 64, 128 and 256 take the tensor-core kernels (attention_gqa.cu) by default,
     // the others attention_split.cu's; the second round runs all of them on the latter.
-    let gpu = gpu.with_gqa_attention(true);
-    for (hd, n_heads, n_kv_heads, window, softcap) in cases {
-        let p = params(hd, n_heads, n_kv_heads, window, softcap);
-        check_steps(&gpu, &cpu, &p, &steps, &mut rng);
-    }
-    let gpu = gpu.with_gqa_attention(false);
-    for (hd, n_heads, n_kv_heads, window, softcap) in cases {
-        let p = params(hd, n_heads, n_kv_heads, window, softcap);
-        check_steps(&gpu, &cpu, &p, &steps, &mut rng);
+    let mut gpu = gpu;
+    for gqa in [true, false] {
+        gpu = gpu.with_gqa_attention(gqa);
+        for (hd, n_heads, n_kv_heads, window, softcap) in cases {
+            let p = params(hd, n_heads, n_kv_heads, window, softcap);
+            check_steps(&gpu, &cpu, &p, &steps, &mut rng);
+        }
     }
 }
