@@ -45,29 +45,13 @@ static_assert(GQA_BK == 8 * GQA_WARPS, "the scores kernel's warps take 8 positio
 template <int HD>
 __device__ constexpr int gqa_tile_words() { return GQA_BK * (HD + 8); }
 
-// Where a split finds the cache blocks of its positions: the block-table entries from the
-// one of position j0 on, staged in shared memory by gqa_stage_table (the tiles' copies then
-// wait on no load of global memory), or the table itself for splits of more entries.
-struct GqaTable {
-    const u32* entries;  // entry of cache block b0 + i at i
-    u32 b0;
-    int block_size;
-    int shift;  // log2(block_size) where that is a power of two (the engine's is), else -1
-    __device__ __forceinline__ size_t slot(u32 j) const {
-        if (shift >= 0) {
-            return ((size_t)entries[(j >> shift) - b0] << shift) | (j & (block_size - 1));
-        }
-        return (size_t)entries[j / block_size - b0] * block_size + j % block_size;
-    }
-};
-
 // Stages the block-table entries of positions j0 .. j1 - 1 of the table at `table` in
 // `staged` (GQA_TABLE_MAX entries) where they fit. Every thread calls it; the caller's next
 // barrier makes them visible.
-__device__ __forceinline__ GqaTable gqa_stage_table(const AttnArgs& a, u32 table, u32 j0, u32 j1,
+__device__ __forceinline__ BlockTable gqa_stage_table(const AttnArgs& a, u32 table, u32 j0, u32 j1,
                                                     u32* staged) {
     const u32 b0 = j0 / a.block_size, nb = (j1 - 1) / a.block_size - b0 + 1;
-    const int shift = (a.block_size & (a.block_size - 1)) == 0 ? __ffs(a.block_size) - 1 : -1;
+    const int shift = block_shift(a.block_size);
     if (nb > GQA_TABLE_MAX) return {a.tables + table + b0, b0, a.block_size, shift};
     for (u32 i = threadIdx.x; i < nb; i += GQA_WARPS * WARP_SIZE) {
         staged[i] = a.tables[table + b0 + i];
@@ -81,7 +65,7 @@ __device__ __forceinline__ GqaTable gqa_stage_table(const AttnArgs& a, u32 table
 template <int HD>
 __device__ __forceinline__ void gqa_copy_tile(u16* dst, const u16* __restrict__ cache,
                                               const float* own, const AttnArgs& a,
-                                              const GqaTable& tab, int kv_off, u32 kb, u32 j1,
+                                              const BlockTable& tab, int kv_off, u32 kb, u32 j1,
                                               u32 pos) {
     constexpr int STRIDE = HD + 8, CHUNKS = HD / 8;
     const int kv_dim = a.n_kv_heads * HD;
@@ -130,14 +114,6 @@ __device__ __forceinline__ void gqa_walk_tiles(u32 n_tiles, Copy copy, Take take
         take(t, (int)(t % GQA_STAGES));
         __syncthreads();  // every warp is done with the stage before copies refill it
     }
-}
-
-// The A fragments of an m16n8k16 product from a row-major f16 matrix in shared memory (the
-// lane's address: see the caller).
-__device__ __forceinline__ void load_a_fragments(u32 addr, u32 (&a)[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                 : "r"(addr));
 }
 
 // This block's split of (token blockIdx.y, KV head kh): the token's first query head of the
@@ -208,7 +184,7 @@ __device__ void gqa_scores(const AttnArgs& a, const AttnSplit& s) {
     }
     const float* own = a.knew != nullptr ? a.knew + g.th.own : nullptr;
     const u32 n = g.j1 - g.j0, n_tiles = (n + GQA_BK - 1) / GQA_BK;
-    const GqaTable tab = gqa_stage_table(a, g.th.table, g.j0, g.j1, s_table);
+    const BlockTable tab = gqa_stage_table(a, g.th.table, g.j0, g.j1, s_table);
     __syncthreads();
     float m[2] = {NEG_INF, NEG_INF};  // this thread's largest score of rows gr, gr + 8
     // Where this thread's rows keep their scores (null: a row past the group).
@@ -309,7 +285,7 @@ __device__ void gqa_values(const AttnArgs& a, const AttnSplit& s) {
         }
     }
     const u32 n = g.j1 - g.j0, n_tiles = (n + GQA_BK - 1) / GQA_BK;
-    const GqaTable tab = gqa_stage_table(a, g.th.table, g.j0, g.j1, s_table);
+    const BlockTable tab = gqa_stage_table(a, g.th.table, g.j0, g.j1, s_table);
     for (int i = threadIdx.x; i < GQA_MAX_GROUP * WSTRIDE; i += GQA_WARPS * WARP_SIZE) s_w[i] = 0;
     __syncthreads();
     float acc[NT][4];
@@ -345,7 +321,7 @@ __device__ void gqa_values(const AttnArgs& a, const AttnSplit& s) {
 #pragma unroll
             for (int k = 0; k < GQA_BK / 16; ++k) {
                 u32 af[4];
-                load_a_fragments(shared_address(s_w + frag_row * WSTRIDE + k * 16 + frag_col),
+                load_fragments_x4(shared_address(s_w + frag_row * WSTRIDE + k * 16 + frag_col),
                                  af);
                 const u32 row_addr = shared_address(vs + (k * 16 + frag_row) * STRIDE +
                                                     warp * NT * 8 + frag_col);

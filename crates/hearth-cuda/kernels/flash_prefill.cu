@@ -29,6 +29,18 @@
 #define FLASH_WARPS 4
 #define FLASH_ROWS (FLASH_WARPS * 16)
 
+// Weights are powers of two: scores are taken in units of log2(e) (the scale folded into one
+// multiply-add with the subtracted max), and ex2.approx is one instruction where expf's
+// extended-precision range reduction takes nine. Its error (a few f32 ulps, growing with
+// |x|) stays far below the f16 rounding of the final weights: tests/attention.rs measured the
+// same NMSE against the CPU as with expf.
+#define FLASH_LOG2E 1.4426950408889634f
+__device__ __forceinline__ float flash_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // d += a · b for one m16n8k16 tile (a: 16×16 row-major f16, b: 16×8 column-major f16).
 __device__ __forceinline__ void mma_f16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
 #if __CUDA_ARCH__ >= 800
@@ -54,6 +66,22 @@ __device__ __forceinline__ u32 shared_address(const void* p) {
     return a;
 }
 
+// Four 8×8 f16 matrices from shared memory, one register each (ldmatrix: lanes 8i .. 8i + 7
+// name the rows of matrix i). From a row-major A, or from a B whose columns are rows in
+// shared memory (keys for q·kᵀ), they are the fragments of an m16n8k16 product.
+__device__ __forceinline__ void load_fragments_x4(u32 addr, u32 (&a)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(addr));
+}
+
+// Two of them (lanes 0-15 name the rows).
+__device__ __forceinline__ void load_fragments_x2(u32 addr, u32& b0, u32& b1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
+                 : "=r"(b0), "=r"(b1)
+                 : "r"(addr));
+}
+
 // The B fragments of two 8-column tiles of a p·v product from a row-major [key][dim] tile:
 // four transposed 8×8 matrices (keys 0-7 and 8-15 of dims 0-7, then of dims 8-15).
 __device__ __forceinline__ void load_v_fragments(u32 addr, u32& b0, u32& b1, u32& b2, u32& b3) {
@@ -69,16 +97,18 @@ __device__ __forceinline__ void load_v_fragments(u32 addr, u32& b0, u32& b1, u32
 template <int HD, int BK, int STRIDE>
 __device__ __forceinline__ void copy_kv_tile(u16* ks, u16* vs, const u16* __restrict__ kc,
                                              const u16* __restrict__ vc, u32 kb, u32 p_last,
-                                             const u32* tables, u32 table, int block_size,
-                                             int kv_dim, int kv_off) {
-    constexpr int CHUNKS = HD / 8;
-    for (int i = threadIdx.x; i < BK * CHUNKS; i += FLASH_WARPS * WARP_SIZE) {
+                                             const BlockTable& tab, int kv_dim, int kv_off) {
+    constexpr int CHUNKS = HD / 8, THREADS = FLASH_WARPS * WARP_SIZE;
+    static_assert(BK * CHUNKS % THREADS == 0, "a tile's copies are whole rounds of the block");
+#pragma unroll
+    for (int round = 0; round < BK * CHUNKS / THREADS; ++round) {
+        const int i = threadIdx.x + round * THREADS;
         const int key = i / CHUNKS, ch = i % CHUNKS;
         const u32 j = kb + key;
         uint4* kd = reinterpret_cast<uint4*>(ks + key * STRIDE + ch * 8);
         uint4* vd = vs != nullptr ? reinterpret_cast<uint4*>(vs + key * STRIDE + ch * 8) : nullptr;
         if (j <= p_last) {
-            const size_t at = kv_slot(tables, table, j, block_size) * kv_dim + kv_off + ch * 8;
+            const size_t at = tab.slot(j) * kv_dim + kv_off + ch * 8;
             copy16_async(kd, reinterpret_cast<const uint4*>(kc + at));
             if (vd != nullptr) copy16_async(vd, reinterpret_cast<const uint4*>(vc + at));
         } else {
@@ -89,41 +119,76 @@ __device__ __forceinline__ void copy_kv_tile(u16* ks, u16* vs, const u16* __rest
     copies_commit();
 }
 
-// The scores of a warp's 16 query rows against the BK keys of the tile ks (from kb): q · kᵀ,
-// scaled and soft-capped, -inf where the row may not see the key (causal and window mask, or
-// a row past the tile). s[n][2r + e]: the thread's row r (g, g + 8) and key kb + 8n + 2c + e.
-template <int HD, int BK, int STRIDE>
-__device__ __forceinline__ void tile_scores(float (&s)[BK / 8][4], const u32 (&qf)[HD / 16][4],
-                                            const u16* ks, u32 kb, const u32 (&pos_r)[2],
-                                            const bool (&row_ok)[2], int window, float scale,
-                                            float softcap) {
-    const int lane = threadIdx.x % WARP_SIZE, g = lane / 4, c = lane % 4;
+// A warp's 16 query rows, as the fragments of its threads see them: the rows g and g + 8 of
+// the warp's 16 (their positions, and whether the tile has them), the positions of the
+// warp's first and last rows, and the first key the last row's window sees.
+struct WarpRows {
+    bool live;  // the tile has any of the warp's rows
+    u32 first_pos, last_pos, last_lo;
+    u32 pos[2];
+    bool ok[2];
+};
+
+// The scores of a warp's 16 query rows against NT × 8 keys from the shared tile ks (key kb
+// first): q · kᵀ, soft-capped where the model says so. The score in log2 units is s times the
+// returned factor (the scale, folded into the caller's multiply-add, or 1 where the soft cap
+// applied it). With `masked`, -inf where the row may not see the key (causal and window
+// mask, or a row past the tile); without, the caller knows every row of the warp sees every
+// key (rows past the tile then score 0 against zero queries, and are never written).
+// s[n][2r + e]: the thread's row r (g, g + 8) and key kb + 8n + 2c + e.
+template <int HD, int NT, int STRIDE>
+__device__ __forceinline__ float tile_scores(float (&s)[NT][4], const u32 (&qf)[HD / 16][4],
+                                            const u16* ks, u32 kb, const WarpRows& w,
+                                            int window, float scale, float softcap,
+                                            bool masked) {
+    const int lane = threadIdx.x % WARP_SIZE, c = lane % 4;
+    // ldmatrix: lane l names key (l % 8) of an 8-key tile, dims 8 (l / 8) on of the 32 that
+    // two k steps take.
+    const u32 k_addr = shared_address(ks + (lane % 8) * STRIDE + 8 * (lane / 8));
 #pragma unroll
-    for (int n = 0; n < BK / 8; ++n) {
+    for (int n = 0; n < NT; ++n) {
         s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-        const u16* krow = ks + (n * 8 + g) * STRIDE + 2 * c;
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; ++kk) {
-            const u32 b0 = *reinterpret_cast<const u32*>(krow + kk * 16);
-            const u32 b1 = *reinterpret_cast<const u32*>(krow + kk * 16 + 8);
-            mma_f16(s[n], qf[kk], b0, b1);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const u32 pos = pos_r[r];
-        const u32 lo = (window > 0 && pos + 1 > (u32)window) ? pos + 1 - window : 0;
-#pragma unroll
-        for (int n = 0; n < BK / 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const u32 j = kb + n * 8 + 2 * c + e;
-                float x = s[n][2 * r + e] * scale;
-                if (softcap > 0.f) x = softcap * tanhf(x / softcap);
-                s[n][2 * r + e] = (row_ok[r] && j <= pos && j >= lo) ? x : NEG_INF;
+        for (int kk = 0; kk < HD / 16; kk += 2) {
+            const u32 at = k_addr + 2 * (n * 8 * STRIDE + kk * 16);
+            if (kk + 1 < HD / 16) {
+                u32 b[4];
+                load_fragments_x4(at, b);
+                mma_f16(s[n], qf[kk], b[0], b[1]);
+                mma_f16(s[n], qf[kk + 1], b[2], b[3]);
+            } else {
+                u32 b0, b1;
+                load_fragments_x2(at, b0, b1);
+                mma_f16(s[n], qf[kk], b0, b1);
             }
         }
     }
+    float factor = scale * FLASH_LOG2E;
+    if (softcap > 0.f) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                s[n][i] = softcap * tanhf(s[n][i] * scale / softcap) * FLASH_LOG2E;
+            }
+        }
+        factor = 1.f;
+    }
+    if (!masked) return factor;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const u32 pos = w.pos[r];
+        const u32 lo = (window > 0 && pos + 1 > (u32)window) ? pos + 1 - window : 0;
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const u32 j = kb + n * 8 + 2 * c + e;
+                if (!(w.ok[r] && j <= pos && j >= lo)) s[n][2 * r + e] = NEG_INF;
+            }
+        }
+    }
+    return factor;
 }
 
 // u16 words of one shared K or V tile, and the kernel's dynamic shared memory: two stages
@@ -132,23 +197,20 @@ template <int HD, int BK>
 __device__ constexpr int flash_tile_words() { return BK * (HD + 8); }
 
 // Walks the key tiles kb_from, kb_from + BK, .. below kb_end through two shared stages, the
-// next tile's copies in flight while the warps work on this one, and hands each tile's scores
-// (tile_scores) and its values' shared tile to take(s, vs), for the warps whose rows see any
-// of its keys. Every thread calls it with the same range.
+// next tile's copies in flight while the warps work on this one, and hands each tile to
+// take(ks, vs, kb, masked) (its shared keys and values, its first key, and whether the
+// warp's rows need the mask), for the warps whose rows see any of its keys. Every thread
+// calls it with the same range.
 template <int HD, int BK, bool WITH_V, class Take>
-__device__ __forceinline__ void walk_key_tiles(u16* smem, const u32 (&qf)[HD / 16][4],
-                                               const u16* __restrict__ kc,
+__device__ __forceinline__ void walk_key_tiles(u16* smem, const u16* __restrict__ kc,
                                                const u16* __restrict__ vc, u32 kb_from,
-                                               u32 kb_end, u32 p_last, const u32* tables,
-                                               u32 table, int block_size, int kv_dim,
-                                               int kv_off, bool warp_live, u32 warp_last_pos,
-                                               const u32 (&pos_r)[2], const bool (&row_ok)[2],
-                                               int window, float scale, float softcap,
+                                               u32 kb_end, u32 p_last, const BlockTable& tab,
+                                               int kv_dim, int kv_off, const WarpRows& w,
                                                Take take) {
     constexpr int STRIDE = HD + 8, TILE = flash_tile_words<HD, BK>();
     if (kb_from >= kb_end) return;
     copy_kv_tile<HD, BK, STRIDE>(smem, WITH_V ? smem + TILE : nullptr, kc, vc, kb_from, p_last,
-                                 tables, table, block_size, kv_dim, kv_off);
+                                 tab, kv_dim, kv_off);
     int stage = 0;
     for (u32 kb = kb_from; kb < kb_end; kb += BK) {
         u16* ks = smem + stage * 2 * TILE;
@@ -156,16 +218,15 @@ __device__ __forceinline__ void walk_key_tiles(u16* smem, const u32 (&qf)[HD / 1
             // The other stage was released by the barrier that ended the last tile.
             u16* next = smem + (stage ^ 1) * 2 * TILE;
             copy_kv_tile<HD, BK, STRIDE>(next, WITH_V ? next + TILE : nullptr, kc, vc, kb + BK,
-                                         p_last, tables, table, block_size, kv_dim, kv_off);
+                                         p_last, tab, kv_dim, kv_off);
             copies_wait<1>();
         } else {
             copies_wait<0>();
         }
         __syncthreads();  // every thread's copies of this tile have landed
-        if (warp_live && kb <= warp_last_pos) {
-            float s[BK / 8][4];
-            tile_scores<HD, BK, STRIDE>(s, qf, ks, kb, pos_r, row_ok, window, scale, softcap);
-            take(s, ks + TILE);
+        if (w.live && kb <= w.last_pos) {
+            // Only the tiles on the diagonal or the window's edge need the mask.
+            take(ks, ks + TILE, kb, !(kb + BK - 1 <= w.first_pos && kb >= w.last_lo));
         }
         __syncthreads();  // every warp is done with this stage before copies refill it
         stage ^= 1;
@@ -193,7 +254,7 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     const int g = lane / 4, c = lane % 4;  // fragment row group and column pair
     const int kv_dim = n_kv_heads * HD;
     const int kv_off = h / (n_heads / n_kv_heads) * HD;
-    const u32 table = seq_table[seq];
+    const BlockTable tab{tables + seq_table[seq], 0, block_size, block_shift(block_size)};
     const u32 p0 = tok_pos[t0];  // position of the tile's first query
     const u32 p_last = p0 + nq - 1;
     const u32 k_first = (window > 0 && p0 + 1 > (u32)window) ? p0 + 1 - window : 0;
@@ -208,11 +269,17 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
 
     // This warp's rows g and g + 8 of its 16, as tile rows and positions.
     const int row0 = warp * 16 + g, row1 = row0 + 8;
-    const bool warp_live = warp * 16 < nq;
-    const u32 warp_last_pos = p0 + min(nq, warp * 16 + 16) - 1;
-    const u32 pos_r[2] = {p0 + row0, p0 + row1};
-    const bool row_ok[2] = {row0 < nq, row1 < nq};
     const int rows[2] = {row0, row1};
+    const bool row_ok[2] = {row0 < nq, row1 < nq};
+    WarpRows w;
+    w.live = warp * 16 < nq;
+    w.first_pos = p0 + warp * 16;
+    w.last_pos = p0 + min(nq, warp * 16 + 16) - 1;
+    w.last_lo = (window > 0 && w.last_pos + 1 > (u32)window) ? w.last_pos + 1 - window : 0;
+    w.pos[0] = p0 + row0;
+    w.pos[1] = p0 + row1;
+    w.ok[0] = row_ok[0];
+    w.ok[1] = row_ok[1];
 
     // The warp's queries as A fragments, rounded to f16 (rows past the tile are zeros).
     u32 qf[HD / 16][4];
@@ -230,8 +297,8 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
         }
     }
 
-    // Each row's max score m and softmax sum l: pass 1 over this block's keys, online, or
-    // (phase 2) the splits' own combined.
+    // Each row's max score m and softmax sum l (log2 units: l = Σ 2^(s - m)): pass 1 over
+    // this block's keys, online, or (phase 2) the splits' own combined.
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
     if (phase == 2) {
 #pragma unroll
@@ -243,14 +310,18 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
             // In split order; an empty split (a span shorter than its splits) adds nothing.
             for (int z = 0; z < n_split; ++z) {
                 const float2 ml = row_stats[z * split_stride];
-                if (ml.y > 0.f) l[r] += ml.y * expf(ml.x - m[r]);
+                if (ml.y > 0.f) l[r] += ml.y * flash_exp2(ml.x - m[r]);
             }
         }
     } else {
+        // Each lane keeps (m, l) over its own columns of the row; the row's four lanes meet
+        // once, after the walk, not at every tile.
         walk_key_tiles<HD, BK, false>(
-            flash_shared, qf, kc, vc, kb_from, kb_end, p_last, tables, table, block_size, kv_dim,
-            kv_off, warp_live, warp_last_pos, pos_r, row_ok, window, scale, softcap,
-            [&](float (&s)[BK / 8][4], const u16*) {
+            flash_shared, kc, vc, kb_from, kb_end, p_last, tab, kv_dim, kv_off, w,
+            [&](const u16* ks, const u16*, u32 kb, bool masked) {
+                float s[BK / 8][4];
+                const float f = tile_scores<HD, BK / 8, STRIDE>(s, qf, ks, kb, w, window, scale,
+                                                                softcap, masked);
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
                     float mx = NEG_INF;
@@ -258,23 +329,31 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
                     for (int n = 0; n < BK / 8; ++n) {
                         mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
                     }
-                    mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
-                    const float m_new = fmaxf(m[r], mx);
-                    // A row that has seen no key yet keeps m = -inf: subtract 0 so that exp
-                    // gives 0.
+                    const float m_new = fmaxf(m[r], mx * f);
+                    // A lane that has seen no key yet keeps m = -inf: subtract 0 so that the
+                    // power gives 0.
                     const float base = m_new == NEG_INF ? 0.f : m_new;
                     float sum = 0.f;
 #pragma unroll
                     for (int n = 0; n < BK / 8; ++n) {
-                        sum += expf(s[n][2 * r] - base) + expf(s[n][2 * r + 1] - base);
+                        sum += flash_exp2(fmaf(s[n][2 * r], f, -base)) +
+                               flash_exp2(fmaf(s[n][2 * r + 1], f, -base));
                     }
-                    sum += __shfl_xor_sync(FULL_MASK, sum, 1);
-                    sum += __shfl_xor_sync(FULL_MASK, sum, 2);
-                    l[r] = l[r] * expf(m[r] - base) + sum;
+                    l[r] = l[r] * flash_exp2(m[r] - base) + sum;
                     m[r] = m_new;
                 }
             });
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = fmaxf(m[r], __shfl_xor_sync(FULL_MASK, m[r], 1));
+            mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+            const float base = mx == NEG_INF ? 0.f : mx;
+            float lr = l[r] * flash_exp2(m[r] - base);
+            lr += __shfl_xor_sync(FULL_MASK, lr, 1);
+            lr += __shfl_xor_sync(FULL_MASK, lr, 2);
+            m[r] = mx;
+            l[r] = lr;
+        }
         if (phase == 1) {
             // The four lanes of a row hold the same (m, l).
 #pragma unroll
@@ -290,26 +369,30 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     const float base[2] = {m[0] == NEG_INF ? 0.f : m[0], m[1] == NEG_INF ? 0.f : m[1]};
     const float inv[2] = {l[0] > 0.f ? 1.f / l[0] : 0.f, l[1] > 0.f ? 1.f / l[1] : 0.f};
 
-    // Pass 2: o = p · v with the final weights p = exp(s - m) / l rounded to f16, as the CPU
+    // Pass 2: o = p · v with the final weights p = 2^(s - m) / l rounded to f16, as the CPU
     // backend rounds them (cpu/attention.rs); the scores are computed again.
     float o[HD / 8][4];
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     walk_key_tiles<HD, BK, true>(
-        flash_shared, qf, kc, vc, kb_from, kb_end, p_last, tables, table, block_size, kv_dim,
-        kv_off, warp_live, warp_last_pos, pos_r, row_ok, window, scale, softcap,
-        [&](float (&s)[BK / 8][4], const u16* vs) {
-            // The s accumulators of key tiles 2k and 2k + 1, as weights, are the A fragment of
-            // keys 16k .. 16k + 15 (f16: the rounding the CPU applies).
+        flash_shared, kc, vc, kb_from, kb_end, p_last, tab, kv_dim, kv_off, w,
+        [&](const u16* ks, const u16* vs, u32 kb, bool masked) {
+            // 16 keys at a time: their scores' accumulators, as weights, are the A fragment of
+            // the keys (f16: the rounding the CPU applies). Fewer scores live at once keep
+            // the o accumulators in registers.
 #pragma unroll
             for (int k = 0; k < BK / 16; ++k) {
+                float s[2][4];
+                const float f = tile_scores<HD, 2, STRIDE>(s, qf, ks + k * 16 * STRIDE,
+                                                           kb + k * 16, w, window, scale,
+                                                           softcap, masked);
                 u32 a[4];
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    const float* t = s[2 * k + i / 2];
+                    const float* t = s[i / 2];
                     const int r = i % 2;
-                    a[i] = pack_half2(expf(t[2 * r] - base[r]) * inv[r],
-                                      expf(t[2 * r + 1] - base[r]) * inv[r]);
+                    a[i] = pack_half2(flash_exp2(fmaf(t[2 * r], f, -base[r])) * inv[r],
+                                      flash_exp2(fmaf(t[2 * r + 1], f, -base[r])) * inv[r]);
                 }
                 // Lane l names row (l % 8) + 8 ((l / 8) % 2) of dims + 8 (l / 16) of its
                 // matrix.
@@ -325,7 +408,7 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
             }
         });
 
-    if (!warp_live) return;
+    if (!w.live) return;
     const size_t o_stride = (size_t)n_heads * HD;
     // A split's part goes to its own slice of `parts`, summed by flash_combine.
     float* dst_base = n_split > 1 ? parts + split * (size_t)n_tokens * o_stride : out;
