@@ -7,8 +7,9 @@
 // q·k and p·v run as m16n8k16 f16 matrix products with f32 sums.
 //
 // Numerics against the CPU backend (the reference): q is rounded to f16 as there, q·k sums
-// exact f16 products in f32 (another order), and the final weights exp(s - max) / sum are
-// rounded to f16 before they multiply V, as there (and as ggml's attention does). A one-pass
+// exact f16 products in f32 (another order), and the final weights exp(s - max) / sum
+// (computed as powers of two, flash_exp2) are rounded to f16 before they multiply V, as there
+// (and as ggml's attention does). A one-pass
 // kernel rounds the running, unnormalized weights instead: last-bit differences that the 8-bit
 // activations after attention turn into visible logit differences (BENCHMARKS.md).
 //
@@ -27,6 +28,15 @@
 // with consecutive positions.
 
 #define FLASH_WARPS 4
+// Pass 2 scores FLASH_SLAB × 16 keys before it weights their values: more products in flight
+// against more registers. NOTE (H200, Qwen3-0.6B Q8_0, pp512 tok/s, two rounds): after 32,768
+// tokens 1 gave 14,502 / 14,449, 2 15,049 / 15,081, 4 (104 bytes spilled) 11,853 / 11,841;
+// after 8,192 38,674 / 38,908, 40,052 / 40,019 and 34,149 / 33,889 (BENCHMARKS.md,
+// 2026-11-28, late night). TODO: 2 is faster and computes every score the same way, but
+// tests/attention.rs has run on a GPU only with 1 (the default until it has with 2).
+#ifndef FLASH_SLAB
+#define FLASH_SLAB 1
+#endif
 #define FLASH_ROWS (FLASH_WARPS * 16)
 
 // Weights are powers of two: scores are taken in units of log2(e) (the scale folded into one
@@ -245,6 +255,7 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     // Row stride of the shared tiles, padded by 16 bytes: fragment reads of 8 rows then fall
     // in distinct banks.
     constexpr int STRIDE = HD + 8;
+    static_assert(BK / 16 % FLASH_SLAB == 0, "pass 2's slabs split a key tile evenly");
     extern __shared__ __align__(16) u16 flash_shared[];
 
     const int h = blockIdx.y % n_heads, split = blockIdx.y / n_heads;
@@ -377,33 +388,35 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     walk_key_tiles<HD, BK, true>(
         flash_shared, kc, vc, kb_from, kb_end, p_last, tab, kv_dim, kv_off, w,
         [&](const u16* ks, const u16* vs, u32 kb, bool masked) {
-            // 16 keys at a time: their scores' accumulators, as weights, are the A fragment of
-            // the keys (f16: the rounding the CPU applies). Fewer scores live at once keep
-            // the o accumulators in registers.
+            // FLASH_SLAB × 16 keys at a time (fewer scores live at once keep the o
+            // accumulators in registers): the scores' accumulators of each 16 keys, as
+            // weights, are the A fragment of those keys (f16: the rounding the CPU applies).
 #pragma unroll
-            for (int k = 0; k < BK / 16; ++k) {
-                float s[2][4];
-                const float f = tile_scores<HD, 2, STRIDE>(s, qf, ks + k * 16 * STRIDE,
-                                                           kb + k * 16, w, window, scale,
-                                                           softcap, masked);
-                u32 a[4];
+            for (int k0 = 0; k0 < BK / 16; k0 += FLASH_SLAB) {
+                float s[2 * FLASH_SLAB][4];
+                const float f = tile_scores<HD, 2 * FLASH_SLAB, STRIDE>(
+                    s, qf, ks + k0 * 16 * STRIDE, kb + k0 * 16, w, window, scale, softcap, masked);
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const float* t = s[i / 2];
-                    const int r = i % 2;
-                    a[i] = pack_half2(flash_exp2(fmaf(t[2 * r], f, -base[r])) * inv[r],
-                                      flash_exp2(fmaf(t[2 * r + 1], f, -base[r])) * inv[r]);
-                }
-                // Lane l names row (l % 8) + 8 ((l / 8) % 2) of dims + 8 (l / 16) of its
-                // matrix.
-                const int key = k * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-                const u32 row_addr = shared_address(vs + key * STRIDE + 8 * (lane / 16));
+                for (int k = k0; k < k0 + FLASH_SLAB; ++k) {
+                    u32 a[4];
 #pragma unroll
-                for (int n = 0; n < HD / 8; n += 2) {
-                    u32 b0, b1, b2, b3;
-                    load_v_fragments(row_addr + n * 8 * 2, b0, b1, b2, b3);
-                    mma_f16(o[n], a, b0, b1);
-                    mma_f16(o[n + 1], a, b2, b3);
+                    for (int i = 0; i < 4; ++i) {
+                        const float* t = s[2 * (k - k0) + i / 2];
+                        const int r = i % 2;
+                        a[i] = pack_half2(flash_exp2(fmaf(t[2 * r], f, -base[r])) * inv[r],
+                                          flash_exp2(fmaf(t[2 * r + 1], f, -base[r])) * inv[r]);
+                    }
+                    // Lane l names row (l % 8) + 8 ((l / 8) % 2) of dims + 8 (l / 16) of its
+                    // matrix.
+                    const int key = k * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+                    const u32 row_addr = shared_address(vs + key * STRIDE + 8 * (lane / 16));
+#pragma unroll
+                    for (int n = 0; n < HD / 8; n += 2) {
+                        u32 b0, b1, b2, b3;
+                        load_v_fragments(row_addr + n * 8 * 2, b0, b1, b2, b3);
+                        mma_f16(o[n], a, b0, b1);
+                        mma_f16(o[n + 1], a, b2, b3);
+                    }
                 }
             }
         });
