@@ -9,9 +9,9 @@
 // Numerics against the CPU backend (the reference): q is rounded to f16 as there, q·k sums
 // exact f16 products in f32 (another order), and the final weights exp(s - max) / sum
 // (computed as powers of two, flash_exp2) are rounded to f16 before they multiply V, as there
-// (and as ggml's attention does). A one-pass
-// kernel rounds the running, unnormalized weights instead: last-bit differences that the 8-bit
-// activations after attention turn into visible logit differences (BENCHMARKS.md).
+// (and as ggml's attention does). A one-pass kernel rounds the running, unnormalized weights
+// instead: last-bit differences that the 8-bit activations after attention turn into visible
+// logit differences (BENCHMARKS.md).
 //
 // Long spans split: after thousands of cached positions a chunk's (tile, head) blocks are too
 // few to fill the GPU (a 512-token chunk of Qwen3-0.6B: 128 blocks, each walking every key
@@ -28,6 +28,8 @@
 // with consecutive positions.
 
 #define FLASH_WARPS 4
+#define FLASH_ROWS (FLASH_WARPS * 16)
+
 // Pass 2 scores FLASH_SLAB × 16 keys before it weights their values: more products in flight
 // against more registers. NOTE (H200, Qwen3-0.6B Q8_0, pp512 tok/s, two rounds): after 32,768
 // tokens 1 gave 14,502 / 14,449, 2 15,049 / 15,081, 4 (104 bytes spilled) 11,853 / 11,841;
@@ -37,7 +39,6 @@
 #ifndef FLASH_SLAB
 #define FLASH_SLAB 1
 #endif
-#define FLASH_ROWS (FLASH_WARPS * 16)
 
 // Weights are powers of two: scores are taken in units of log2(e) (the scale folded into one
 // multiply-add with the subtracted max), and ex2.approx is one instruction where expf's
