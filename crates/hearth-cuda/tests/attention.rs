@@ -8,6 +8,7 @@ mod common;
 use common::gpu;
 use hearth_backend::cpu::CpuBackend;
 use hearth_backend::{AttnBatch, AttnParams, AttnSeq, Backend, KvSpec, KvType};
+use hearth_cuda::CudaBackend;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
@@ -162,6 +163,28 @@ fn params(
     }
 }
 
+/// (head_dim, n_heads, n_kv_heads, window, softcap) of a test case.
+type Case = (usize, usize, usize, Option<usize>, Option<f32>);
+
+/// `check_steps` for every case on both families of split decode kernels: head sizes 64, 128
+/// and 256 take the tensor-core kernels (attention_gqa.cu) by default, the others
+/// attention_split.cu's; the second round runs all of them on the latter.
+fn check_on_both_families(
+    mut gpu: CudaBackend,
+    cpu: &CpuBackend,
+    cases: &[Case],
+    steps: &[&[(usize, usize)]],
+    rng: &mut impl Rng,
+) {
+    for gqa in [true, false] {
+        gpu = gpu.with_gqa_attention(gqa);
+        for &(hd, n_heads, n_kv_heads, window, softcap) in cases {
+            let p = params(hd, n_heads, n_kv_heads, window, softcap);
+            check_steps(&gpu, cpu, &p, steps, rng);
+        }
+    }
+}
+
 #[test]
 fn prompt_and_decode_attention_match_the_cpu() {
     let Some(gpu) = gpu() else {
@@ -188,16 +211,7 @@ fn prompt_and_decode_attention_match_the_cpu() {
         &[(130, 77), (20, 1), (3, 150)],
         &[(207, 1), (21, 1), (153, 1)],
     ];
-    // Head sizes 64, 128 and 256 take the tensor-core kernels (attention_gqa.cu) by default,
-    // the others attention_split.cu's; the second round runs all of them on the latter.
-    let mut gpu = gpu;
-    for gqa in [true, false] {
-        gpu = gpu.with_gqa_attention(gqa);
-        for (hd, n_heads, n_kv_heads, window, softcap) in cases {
-            let p = params(hd, n_heads, n_kv_heads, window, softcap);
-            check_steps(&gpu, &cpu, &p, &steps, &mut rng);
-        }
-    }
+    check_on_both_families(gpu, &cpu, &cases, &steps, &mut rng);
 }
 
 /// Spans longer than the per-query kernel keeps scores of (its ATTN_KEPT, 2,048 positions):
@@ -254,16 +268,7 @@ fn split_heads_match_the_cpu() {
         &[(700, 1), (65, 1), (131, 1)],
         &[(701, 1), (66, 1), (132, 1)],
     ];
-    // Head sizes 64, 128 and 256 take the tensor-core kernels (attention_gqa.cu) by default,
-    // the others attention_split.cu's; the second round runs all of them on the latter.
-    let mut gpu = gpu;
-    for gqa in [true, false] {
-        gpu = gpu.with_gqa_attention(gqa);
-        for (hd, n_heads, n_kv_heads, window, softcap) in cases {
-            let p = params(hd, n_heads, n_kv_heads, window, softcap);
-            check_steps(&gpu, &cpu, &p, &steps, &mut rng);
-        }
-    }
+    check_on_both_families(gpu, &cpu, &cases, &steps, &mut rng);
 }
 
 /// Splits longer than the scores they keep (ATTN_KEPT): as many heads as make two splits a
@@ -307,14 +312,5 @@ fn split_prompt_spans_match_the_cpu() {
         &[(300, 130), (40, 64)],
         &[(430, 1), (104, 1)],
     ];
-    // Head sizes 64, 128 and 256 take the tensor-core kernels (attention_gqa.cu) by default,
-    // the others attention_split.cu's; the second round runs all of them on the latter.
-    let mut gpu = gpu;
-    for gqa in [true, false] {
-        gpu = gpu.with_gqa_attention(gqa);
-        for (hd, n_heads, n_kv_heads, window, softcap) in cases {
-            let p = params(hd, n_heads, n_kv_heads, window, softcap);
-            check_steps(&gpu, &cpu, &p, &steps, &mut rng);
-        }
-    }
+    check_on_both_families(gpu, &cpu, &cases, &steps, &mut rng);
 }
