@@ -282,7 +282,6 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     // This warp's rows g and g + 8 of its 16, as tile rows and positions.
     const int row0 = warp * 16 + g, row1 = row0 + 8;
     const int rows[2] = {row0, row1};
-    const bool row_ok[2] = {row0 < nq, row1 < nq};
     WarpRows w;
     w.live = warp * 16 < nq;
     w.first_pos = p0 + warp * 16;
@@ -290,8 +289,8 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     w.last_lo = (window > 0 && w.last_pos + 1 > (u32)window) ? w.last_pos + 1 - window : 0;
     w.pos[0] = p0 + row0;
     w.pos[1] = p0 + row1;
-    w.ok[0] = row_ok[0];
-    w.ok[1] = row_ok[1];
+    w.ok[0] = row0 < nq;
+    w.ok[1] = row1 < nq;
 
     // The warp's queries as A fragments, rounded to f16 (rows past the tile are zeros).
     u32 qf[HD / 16][4];
@@ -302,10 +301,10 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
 #pragma unroll
         for (int kk = 0; kk < HD / 16; ++kk) {
             const int d = kk * 16 + 2 * c;
-            qf[kk][0] = row_ok[0] ? pack_half2(q0[d], q0[d + 1]) : 0u;
-            qf[kk][1] = row_ok[1] ? pack_half2(q1[d], q1[d + 1]) : 0u;
-            qf[kk][2] = row_ok[0] ? pack_half2(q0[d + 8], q0[d + 9]) : 0u;
-            qf[kk][3] = row_ok[1] ? pack_half2(q1[d + 8], q1[d + 9]) : 0u;
+            qf[kk][0] = w.ok[0] ? pack_half2(q0[d], q0[d + 1]) : 0u;
+            qf[kk][1] = w.ok[1] ? pack_half2(q1[d], q1[d + 1]) : 0u;
+            qf[kk][2] = w.ok[0] ? pack_half2(q0[d + 8], q0[d + 9]) : 0u;
+            qf[kk][3] = w.ok[1] ? pack_half2(q1[d + 8], q1[d + 9]) : 0u;
         }
     }
 
@@ -315,7 +314,7 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     if (phase == 2) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            if (!row_ok[r]) continue;
+            if (!w.ok[r]) continue;
             const float2* row_stats = stats + (size_t)(t0 + rows[r]) * n_heads + h;
             const size_t split_stride = (size_t)n_tokens * n_heads;
             for (int z = 0; z < n_split; ++z) m[r] = fmaxf(m[r], row_stats[z * split_stride].x);
@@ -370,7 +369,7 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
             // The four lanes of a row hold the same (m, l).
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                if (!row_ok[r] || c != 0) continue;
+                if (!w.ok[r] || c != 0) continue;
                 const size_t at = (size_t)(t0 + rows[r]) * n_heads + h;
                 stats[split * (size_t)n_tokens * n_heads + at] = make_float2(m[r], l[r]);
             }
@@ -428,7 +427,7 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     float* dst_base = n_split > 1 ? parts + split * (size_t)n_tokens * o_stride : out;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        if (!row_ok[r]) continue;
+        if (!w.ok[r]) continue;
         float* dst = dst_base + (size_t)(t0 + rows[r]) * o_stride + h * HD + 2 * c;
 #pragma unroll
         for (int n = 0; n < HD / 8; ++n) {
