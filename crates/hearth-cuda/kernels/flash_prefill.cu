@@ -15,10 +15,11 @@
 //
 // Long spans split: after thousands of cached positions a chunk's (tile, head) blocks are too
 // few to fill the GPU (a 512-token chunk of Qwen3-0.6B: 128 blocks, each walking every key
-// twice), so n_split blocks share a (tile, head), each taking a run of its key tiles. Three
-// launches: phase 1 writes each split's max and sum of every row to `stats`; phase 2 combines
-// the splits' (max, sum) into the row's own, so that every split weights its values with the
-// final weights, and writes its part of the output to `parts`; flash_combine adds the parts.
+// twice), so several blocks share a (tile, head), each taking a run of its key tiles. Three
+// launches: phase 1 (flash_stats, with its own split count) writes each split's max and sum of
+// every row to `stats`; phase 2 combines those into the row's own (max, sum), so that every
+// split weights its values with the final weights, and writes its part of the output to
+// `parts`; flash_combine adds the parts.
 //
 // NOTE (H100, BENCHMARKS.md 2026-11-28 evening): blocks taking the 2 or 4 heads of one KV
 // head, so that each copied key and value tile served them all, measured no faster.
@@ -34,10 +35,14 @@
 // against more registers. NOTE (H200, Qwen3-0.6B Q8_0, pp512 tok/s, two rounds): after 32,768
 // tokens 1 gave 14,502 / 14,449, 2 15,049 / 15,081, 4 (104 bytes spilled) 11,853 / 11,841;
 // after 8,192 38,674 / 38,908, 40,052 / 40,019 and 34,149 / 33,889 (BENCHMARKS.md,
-// 2026-11-28, late night). TODO: 2 is faster and computes every score the same way, but
-// tests/attention.rs has run on a GPU only with 1 (the default until it has with 2).
+// 2026-11-28, late night).
 #ifndef FLASH_SLAB
-#define FLASH_SLAB 1
+#define FLASH_SLAB 2
+#endif
+// Pass 1 scores FLASH_STATS_NT × 8 keys at a time (each slab moves the running max once):
+// fewer scores live at once, so fewer registers for flash_stats.
+#ifndef FLASH_STATS_NT
+#define FLASH_STATS_NT 4
 #endif
 
 // Weights are powers of two: scores are taken in units of log2(e) (the scale folded into one
@@ -210,8 +215,8 @@ __device__ constexpr int flash_tile_words() { return BK * (HD + 8); }
 // Walks the key tiles kb_from, kb_from + BK, .. below kb_end through two shared stages, the
 // next tile's copies in flight while the warps work on this one, and hands each tile to
 // take(ks, vs, kb, masked) (its shared keys and values, its first key, and whether the
-// warp's rows need the mask), for the warps whose rows see any of its keys. Every thread
-// calls it with the same range.
+// warp's rows need the mask), for the warps whose rows see any of its keys. A stage is a K
+// tile, and a V tile after it WITH_V. Every thread calls it with the same range.
 template <int HD, int BK, bool WITH_V, class Take>
 __device__ __forceinline__ void walk_key_tiles(u16* smem, const u16* __restrict__ kc,
                                                const u16* __restrict__ vc, u32 kb_from,
@@ -219,15 +224,16 @@ __device__ __forceinline__ void walk_key_tiles(u16* smem, const u16* __restrict_
                                                int kv_dim, int kv_off, const WarpRows& w,
                                                Take take) {
     constexpr int STRIDE = HD + 8, TILE = flash_tile_words<HD, BK>();
+    constexpr int STAGE = WITH_V ? 2 * TILE : TILE;
     if (kb_from >= kb_end) return;
     copy_kv_tile<HD, BK, STRIDE>(smem, WITH_V ? smem + TILE : nullptr, kc, vc, kb_from, p_last,
                                  tab, kv_dim, kv_off);
     int stage = 0;
     for (u32 kb = kb_from; kb < kb_end; kb += BK) {
-        u16* ks = smem + stage * 2 * TILE;
+        u16* ks = smem + stage * STAGE;
         if (kb + BK < kb_end) {
             // The other stage was released by the barrier that ended the last tile.
-            u16* next = smem + (stage ^ 1) * 2 * TILE;
+            u16* next = smem + (stage ^ 1) * STAGE;
             copy_kv_tile<HD, BK, STRIDE>(next, WITH_V ? next + TILE : nullptr, kc, vc, kb + BK,
                                          p_last, tab, kv_dim, kv_off);
             copies_wait<1>();
@@ -244,100 +250,104 @@ __device__ __forceinline__ void walk_key_tiles(u16* smem, const u16* __restrict_
     }
 }
 
-template <int HD, int BK>
-__device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict__ kc,
-                              const u16* __restrict__ vc, float* __restrict__ out,
-                              const u32* tok_pos, const u32* seq_table, const u32* tables,
-                              const u32* tiles, int n_heads, int n_kv_heads, int block_size,
-                              float scale, int window, float softcap, int n_split, int phase,
-                              int n_tokens, float2* __restrict__ stats,
-                              float* __restrict__ parts) {
-    await_previous_kernels();
-    // Row stride of the shared tiles, padded by 16 bytes: fragment reads of 8 rows then fall
-    // in distinct banks.
-    constexpr int STRIDE = HD + 8;
-    static_assert(BK / 16 % FLASH_SLAB == 0, "pass 2's slabs split a key tile evenly");
-    extern __shared__ __align__(16) u16 flash_shared[];
+// What a block of either kernel below knows of its (query tile, head, split): the head, the
+// tile's first token row, the keys it walks, its warp's rows, and their queries as A
+// fragments rounded to f16 (rows past the tile are zeros).
+template <int HD>
+struct FlashBlock {
+    int h, split;
+    u32 t0, p_last;
+    u32 kb_from, kb_end;  // the block's keys: all the tile sees, or its split's run of them
+    int kv_dim, kv_off;
+    BlockTable tab;
+    WarpRows w;
+    int rows[2];  // the thread's rows g and g + 8 of its warp's 16, as tile rows
+    u32 qf[HD / 16][4];
+};
 
-    const int h = blockIdx.y % n_heads, split = blockIdx.y / n_heads;
-    const u32 seq = tiles[3 * blockIdx.x], t0 = tiles[3 * blockIdx.x + 1];
+template <int HD, int BK>
+__device__ __forceinline__ void flash_block(FlashBlock<HD>& b, const float* __restrict__ q,
+                                            const u32* tok_pos, const u32* seq_table,
+                                            const u32* tables, const u32* tiles, int n_heads,
+                                            int n_kv_heads, int block_size, int window,
+                                            int n_split) {
+    b.h = blockIdx.y % n_heads;
+    b.split = blockIdx.y / n_heads;
+    const u32 seq = tiles[3 * blockIdx.x];
+    b.t0 = tiles[3 * blockIdx.x + 1];
     const int nq = (int)tiles[3 * blockIdx.x + 2];
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int g = lane / 4, c = lane % 4;  // fragment row group and column pair
-    const int kv_dim = n_kv_heads * HD;
-    const int kv_off = h / (n_heads / n_kv_heads) * HD;
-    const BlockTable tab{tables + seq_table[seq], 0, block_size, block_shift(block_size)};
-    const u32 p0 = tok_pos[t0];  // position of the tile's first query
-    const u32 p_last = p0 + nq - 1;
+    b.kv_dim = n_kv_heads * HD;
+    b.kv_off = b.h / (n_heads / n_kv_heads) * HD;
+    b.tab = BlockTable{tables + seq_table[seq], 0, block_size, block_shift(block_size)};
+    const u32 p0 = tok_pos[b.t0];  // position of the tile's first query
+    b.p_last = p0 + nq - 1;
     const u32 k_first = (window > 0 && p0 + 1 > (u32)window) ? p0 + 1 - window : 0;
-    // The keys this block walks: all the tile sees, or its split's run of the BK-key tiles
-    // (empty where a short span has fewer tiles than splits).
-    u32 kb_from = k_first, kb_end = p_last + 1;
+    // A split takes its run of the BK-key tiles (empty where a short span has fewer tiles
+    // than splits).
+    b.kb_from = k_first;
+    b.kb_end = b.p_last + 1;
     if (n_split > 1) {
-        const u32 n_key_tiles = (p_last + 1 - k_first + BK - 1) / BK;
-        kb_from = k_first + BK * (split * n_key_tiles / n_split);
-        kb_end = min(kb_end, k_first + BK * ((split + 1) * n_key_tiles / n_split));
+        const u32 n_key_tiles = (b.p_last + 1 - k_first + BK - 1) / BK;
+        b.kb_from = k_first + BK * (b.split * n_key_tiles / n_split);
+        b.kb_end = min(b.kb_end, k_first + BK * ((b.split + 1) * n_key_tiles / n_split));
     }
 
-    // This warp's rows g and g + 8 of its 16, as tile rows and positions.
-    const int row0 = warp * 16 + g, row1 = row0 + 8;
-    const int rows[2] = {row0, row1};
-    WarpRows w;
+    b.rows[0] = warp * 16 + g;
+    b.rows[1] = b.rows[0] + 8;
+    WarpRows& w = b.w;
     w.live = warp * 16 < nq;
     w.first_pos = p0 + warp * 16;
     w.last_pos = p0 + min(nq, warp * 16 + 16) - 1;
     w.last_lo = (window > 0 && w.last_pos + 1 > (u32)window) ? w.last_pos + 1 - window : 0;
-    w.pos[0] = p0 + row0;
-    w.pos[1] = p0 + row1;
-    w.ok[0] = row0 < nq;
-    w.ok[1] = row1 < nq;
-
-    // The warp's queries as A fragments, rounded to f16 (rows past the tile are zeros).
-    u32 qf[HD / 16][4];
-    {
-        const size_t q_stride = (size_t)n_heads * HD;
-        const float* q0 = q + (size_t)(t0 + row0) * q_stride + h * HD;
-        const float* q1 = q + (size_t)(t0 + row1) * q_stride + h * HD;
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; ++kk) {
-            const int d = kk * 16 + 2 * c;
-            qf[kk][0] = w.ok[0] ? pack_half2(q0[d], q0[d + 1]) : 0u;
-            qf[kk][1] = w.ok[1] ? pack_half2(q1[d], q1[d + 1]) : 0u;
-            qf[kk][2] = w.ok[0] ? pack_half2(q0[d + 8], q0[d + 9]) : 0u;
-            qf[kk][3] = w.ok[1] ? pack_half2(q1[d + 8], q1[d + 9]) : 0u;
-        }
+    for (int r = 0; r < 2; ++r) {
+        w.pos[r] = p0 + b.rows[r];
+        w.ok[r] = b.rows[r] < nq;
     }
 
-    // Each row's max score m and softmax sum l (log2 units: l = Σ 2^(s - m)): pass 1 over
-    // this block's keys, online, or (phase 2) the splits' own combined.
-    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
-    if (phase == 2) {
+    const size_t q_stride = (size_t)n_heads * HD;
+    const float* q0 = q + (size_t)(b.t0 + b.rows[0]) * q_stride + b.h * HD;
+    const float* q1 = q + (size_t)(b.t0 + b.rows[1]) * q_stride + b.h * HD;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            if (!w.ok[r]) continue;
-            const float2* row_stats = stats + (size_t)(t0 + rows[r]) * n_heads + h;
-            const size_t split_stride = (size_t)n_tokens * n_heads;
-            for (int z = 0; z < n_split; ++z) m[r] = fmaxf(m[r], row_stats[z * split_stride].x);
-            // In split order; an empty split (a span shorter than its splits) adds nothing.
-            for (int z = 0; z < n_split; ++z) {
-                const float2 ml = row_stats[z * split_stride];
-                if (ml.y > 0.f) l[r] += ml.y * flash_exp2(ml.x - m[r]);
-            }
-        }
-    } else {
-        // Each lane keeps (m, l) over its own columns of the row; the row's four lanes meet
-        // once, after the walk, not at every tile.
-        walk_key_tiles<HD, BK, false>(
-            flash_shared, kc, vc, kb_from, kb_end, p_last, tab, kv_dim, kv_off, w,
-            [&](const u16* ks, const u16*, u32 kb, bool masked) {
-                float s[BK / 8][4];
-                const float f = tile_scores<HD, BK / 8, STRIDE>(s, qf, ks, kb, w, window, scale,
-                                                                softcap, masked);
+    for (int kk = 0; kk < HD / 16; ++kk) {
+        const int d = kk * 16 + 2 * c;
+        b.qf[kk][0] = w.ok[0] ? pack_half2(q0[d], q0[d + 1]) : 0u;
+        b.qf[kk][1] = w.ok[1] ? pack_half2(q1[d], q1[d + 1]) : 0u;
+        b.qf[kk][2] = w.ok[0] ? pack_half2(q0[d + 8], q0[d + 9]) : 0u;
+        b.qf[kk][3] = w.ok[1] ? pack_half2(q1[d + 8], q1[d + 9]) : 0u;
+    }
+}
+
+// Pass 1: each row's max score m and softmax sum l (log2 units: l = Σ 2^(s - m)) over the
+// block's keys, online, as flash attention 2 does. Each lane keeps (m, l) over its own
+// columns of the row; the row's four lanes meet once, after the walk, not at every tile, and
+// then hold the same (m, l).
+template <int HD, int BK>
+__device__ __forceinline__ void flash_row_stats(float (&m)[2], float (&l)[2],
+                                                const FlashBlock<HD>& b, u16* smem,
+                                                const u16* __restrict__ kc, int window,
+                                                float scale, float softcap) {
+    constexpr int STRIDE = HD + 8;
+    constexpr int NT = FLASH_STATS_NT < BK / 8 ? FLASH_STATS_NT : BK / 8;
+    static_assert(BK / 8 % NT == 0, "pass 1's slabs split a key tile evenly");
+    m[0] = m[1] = NEG_INF;
+    l[0] = l[1] = 0.f;
+    walk_key_tiles<HD, BK, false>(
+        smem, kc, nullptr, b.kb_from, b.kb_end, b.p_last, b.tab, b.kv_dim, b.kv_off, b.w,
+        [&](const u16* ks, const u16*, u32 kb, bool masked) {
+#pragma unroll
+            for (int n0 = 0; n0 < BK / 8; n0 += NT) {
+                float s[NT][4];
+                const float f = tile_scores<HD, NT, STRIDE>(
+                    s, b.qf, ks + n0 * 8 * STRIDE, kb + n0 * 8, b.w, window, scale, softcap,
+                    masked);
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
                     float mx = NEG_INF;
 #pragma unroll
-                    for (int n = 0; n < BK / 8; ++n) {
+                    for (int n = 0; n < NT; ++n) {
                         mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
                     }
                     const float m_new = fmaxf(m[r], mx * f);
@@ -346,34 +356,93 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
                     const float base = m_new == NEG_INF ? 0.f : m_new;
                     float sum = 0.f;
 #pragma unroll
-                    for (int n = 0; n < BK / 8; ++n) {
+                    for (int n = 0; n < NT; ++n) {
                         sum += flash_exp2(fmaf(s[n][2 * r], f, -base)) +
                                flash_exp2(fmaf(s[n][2 * r + 1], f, -base));
                     }
                     l[r] = l[r] * flash_exp2(m[r] - base) + sum;
                     m[r] = m_new;
                 }
-            });
+            }
+        });
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float mx = fmaxf(m[r], __shfl_xor_sync(FULL_MASK, m[r], 1));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+        const float base = mx == NEG_INF ? 0.f : mx;
+        float lr = l[r] * flash_exp2(m[r] - base);
+        lr += __shfl_xor_sync(FULL_MASK, lr, 1);
+        lr += __shfl_xor_sync(FULL_MASK, lr, 2);
+        m[r] = mx;
+        l[r] = lr;
+    }
+}
+
+// Phase 1 of split attention, a kernel of its own: without pass 2's value tiles and output
+// accumulators it needs half the shared memory and fewer registers, so more blocks fit a
+// multiprocessor, and it takes its own split count (n_split). Each split writes every row's
+// (max, sum) over its keys to stats[split][token][head].
+template <int HD, int BK>
+__device__ void flash_stats(const float* __restrict__ q, const u16* __restrict__ kc,
+                            const u32* tok_pos, const u32* seq_table, const u32* tables,
+                            const u32* tiles, int n_heads, int n_kv_heads, int block_size,
+                            float scale, int window, float softcap, int n_split, int n_tokens,
+                            float2* __restrict__ stats) {
+    await_previous_kernels();
+    extern __shared__ __align__(16) u16 flash_shared[];
+    FlashBlock<HD> b;
+    flash_block<HD, BK>(b, q, tok_pos, seq_table, tables, tiles, n_heads, n_kv_heads,
+                        block_size, window, n_split);
+    float m[2], l[2];
+    flash_row_stats<HD, BK>(m, l, b, flash_shared, kc, window, scale, softcap);
+    if (threadIdx.x % 4 != 0) return;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (!b.w.ok[r]) continue;
+        const size_t at = (size_t)(b.t0 + b.rows[r]) * n_heads + b.h;
+        stats[b.split * (size_t)n_tokens * n_heads + at] = make_float2(m[r], l[r]);
+    }
+}
+
+// The attention of a block's rows over its keys: pass 1 (flash_row_stats) where n_stats is 0,
+// else the (max, sum) of the n_stats splits of flash_stats combined into each row's own, so
+// that every split weights its values with the final weights; then pass 2. A split's part of
+// the output goes to its slice of `parts` (n_split > 1), the whole to `out`.
+template <int HD, int BK>
+__device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict__ kc,
+                              const u16* __restrict__ vc, float* __restrict__ out,
+                              const u32* tok_pos, const u32* seq_table, const u32* tables,
+                              const u32* tiles, int n_heads, int n_kv_heads, int block_size,
+                              float scale, int window, float softcap, int n_split, int n_stats,
+                              int n_tokens, const float2* __restrict__ stats,
+                              float* __restrict__ parts) {
+    await_previous_kernels();
+    // Row stride of the shared tiles, padded by 16 bytes: fragment reads of 8 rows then fall
+    // in distinct banks.
+    constexpr int STRIDE = HD + 8;
+    static_assert(BK / 16 % FLASH_SLAB == 0, "pass 2's slabs split a key tile evenly");
+    extern __shared__ __align__(16) u16 flash_shared[];
+    FlashBlock<HD> b;
+    flash_block<HD, BK>(b, q, tok_pos, seq_table, tables, tiles, n_heads, n_kv_heads,
+                        block_size, window, n_split);
+    const WarpRows& w = b.w;
+    const int lane = threadIdx.x % WARP_SIZE, c = lane % 4;
+
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+    if (n_stats == 0) {
+        flash_row_stats<HD, BK>(m, l, b, flash_shared, kc, window, scale, softcap);
+    } else {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            float mx = fmaxf(m[r], __shfl_xor_sync(FULL_MASK, m[r], 1));
-            mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
-            const float base = mx == NEG_INF ? 0.f : mx;
-            float lr = l[r] * flash_exp2(m[r] - base);
-            lr += __shfl_xor_sync(FULL_MASK, lr, 1);
-            lr += __shfl_xor_sync(FULL_MASK, lr, 2);
-            m[r] = mx;
-            l[r] = lr;
-        }
-        if (phase == 1) {
-            // The four lanes of a row hold the same (m, l).
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                if (!w.ok[r] || c != 0) continue;
-                const size_t at = (size_t)(t0 + rows[r]) * n_heads + h;
-                stats[split * (size_t)n_tokens * n_heads + at] = make_float2(m[r], l[r]);
+            if (!w.ok[r]) continue;
+            const float2* row_stats = stats + (size_t)(b.t0 + b.rows[r]) * n_heads + b.h;
+            const size_t split_stride = (size_t)n_tokens * n_heads;
+            for (int z = 0; z < n_stats; ++z) m[r] = fmaxf(m[r], row_stats[z * split_stride].x);
+            // In split order; an empty split (a span shorter than its splits) adds nothing.
+            for (int z = 0; z < n_stats; ++z) {
+                const float2 ml = row_stats[z * split_stride];
+                if (ml.y > 0.f) l[r] += ml.y * flash_exp2(ml.x - m[r]);
             }
-            return;
         }
     }
     // Every query sees at least its own position, so a live row has l > 0.
@@ -386,7 +455,7 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     walk_key_tiles<HD, BK, true>(
-        flash_shared, kc, vc, kb_from, kb_end, p_last, tab, kv_dim, kv_off, w,
+        flash_shared, kc, vc, b.kb_from, b.kb_end, b.p_last, b.tab, b.kv_dim, b.kv_off, w,
         [&](const u16* ks, const u16* vs, u32 kb, bool masked) {
             // FLASH_SLAB × 16 keys at a time (fewer scores live at once keep the o
             // accumulators in registers): the scores' accumulators of each 16 keys, as
@@ -395,7 +464,7 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
             for (int k0 = 0; k0 < BK / 16; k0 += FLASH_SLAB) {
                 float s[2 * FLASH_SLAB][4];
                 const float f = tile_scores<HD, 2 * FLASH_SLAB, STRIDE>(
-                    s, qf, ks + k0 * 16 * STRIDE, kb + k0 * 16, w, window, scale, softcap, masked);
+                    s, b.qf, ks + k0 * 16 * STRIDE, kb + k0 * 16, w, window, scale, softcap, masked);
 #pragma unroll
                 for (int k = k0; k < k0 + FLASH_SLAB; ++k) {
                     u32 a[4];
@@ -424,11 +493,11 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
     if (!w.live) return;
     const size_t o_stride = (size_t)n_heads * HD;
     // A split's part goes to its own slice of `parts`, summed by flash_combine.
-    float* dst_base = n_split > 1 ? parts + split * (size_t)n_tokens * o_stride : out;
+    float* dst_base = n_split > 1 ? parts + b.split * (size_t)n_tokens * o_stride : out;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (!w.ok[r]) continue;
-        float* dst = dst_base + (size_t)(t0 + rows[r]) * o_stride + h * HD + 2 * c;
+        float* dst = dst_base + (size_t)(b.t0 + b.rows[r]) * o_stride + b.h * HD + 2 * c;
 #pragma unroll
         for (int n = 0; n < HD / 8; ++n) {
             dst[n * 8] = o[n][2 * r];
@@ -452,10 +521,13 @@ extern "C" __global__ void flash_combine(const float* __restrict__ parts, float*
     const float *q, const u16 *kc, const u16 *vc, float *out, const u32 *tok_pos,            \
         const u32 *seq_table, const u32 *tables, const u32 *tiles, int n_heads,              \
         int n_kv_heads, int block_size, float scale, int window, float softcap, int n_split, \
-        int phase, int n_tokens, float2 *stats, float *parts
+        int n_stats, int n_tokens, float2 *stats, float *parts
 #define FLASH_ARGS                                                                            \
     q, kc, vc, out, tok_pos, seq_table, tables, tiles, n_heads, n_kv_heads, block_size, scale, \
-        window, softcap, n_split, phase, n_tokens, stats, parts
+        window, softcap, n_split, n_stats, n_tokens, stats, parts
+#define FLASH_STATS_ARGS                                                                      \
+    q, kc, tok_pos, seq_table, tables, tiles, n_heads, n_kv_heads, block_size, scale, window, \
+        softcap, n_split, n_tokens, stats
 
 // One kernel per head size with a multiple of 16 (the mma's k); others keep model.cu's kernel.
 // BK keeps the two stages of K and V tiles under 70 KiB of shared memory (dynamic), so that
@@ -475,3 +547,24 @@ extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE, 3)
 flash_prefill_hd128(FLASH_PARAMS) { flash_prefill<128, 64>(FLASH_ARGS); }
 extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE)
 flash_prefill_hd256(FLASH_PARAMS) { flash_prefill<256, 32>(FLASH_ARGS); }
+
+// Phase 1 of split attention (flash_stats), its shared memory two stages of K tiles only,
+// held to the registers that let FLASH_STATS_BLOCKS blocks share a multiprocessor.
+// NOTE (H200, Qwen3-0.6B Q8_0, pp512 tok/s after 32,768 tokens, two rounds; BENCHMARKS.md
+// 2026-11-29): 4 blocks of 32-key slabs gave 15,373 / 15,349, 5 blocks of 16-key slabs 15,036
+// / 15,074, 6 of 16 (64 bytes spilled) 13,328 / 13,387.
+#ifndef FLASH_STATS_BLOCKS
+#define FLASH_STATS_BLOCKS 4
+#endif
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE, FLASH_STATS_BLOCKS)
+flash_stats_hd16(FLASH_PARAMS) { flash_stats<16, 64>(FLASH_STATS_ARGS); }
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE, FLASH_STATS_BLOCKS)
+flash_stats_hd32(FLASH_PARAMS) { flash_stats<32, 64>(FLASH_STATS_ARGS); }
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE, FLASH_STATS_BLOCKS)
+flash_stats_hd64(FLASH_PARAMS) { flash_stats<64, 64>(FLASH_STATS_ARGS); }
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE, FLASH_STATS_BLOCKS)
+flash_stats_hd96(FLASH_PARAMS) { flash_stats<96, 64>(FLASH_STATS_ARGS); }
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE, FLASH_STATS_BLOCKS)
+flash_stats_hd128(FLASH_PARAMS) { flash_stats<128, 64>(FLASH_STATS_ARGS); }
+extern "C" __global__ void __launch_bounds__(FLASH_WARPS * WARP_SIZE, FLASH_STATS_BLOCKS)
+flash_stats_hd256(FLASH_PARAMS) { flash_stats<256, 32>(FLASH_STATS_ARGS); }

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 84] = [
+pub(crate) const KERNEL_NAMES: [&str; 90] = [
     "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
@@ -87,6 +87,12 @@ pub(crate) const KERNEL_NAMES: [&str; 84] = [
     "flash_prefill_hd96",
     "flash_prefill_hd128",
     "flash_prefill_hd256",
+    "flash_stats_hd16",
+    "flash_stats_hd32",
+    "flash_stats_hd64",
+    "flash_stats_hd96",
+    "flash_stats_hd128",
+    "flash_stats_hd256",
     "flash_combine",
     "embed_mlx_rows",
     "rms_norm_quantize",

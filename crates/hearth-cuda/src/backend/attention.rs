@@ -317,7 +317,7 @@ impl CudaBackend {
     fn launch_flash_prefill(
         &self,
         st: &mut State,
-        name: &'static str,
+        kernels: FlashKernels,
         batch: &AttnBatch,
         p: &AttnParams,
         out: &CudaTensor,
@@ -337,24 +337,35 @@ impl CudaBackend {
             .max()
             .unwrap_or(0);
         let shared = flash_shared_bytes(p.head_dim);
-        let n_split = if st.mode == Mode::Eager {
-            let resident = self.resident_per_sm(st, name, FLASH_THREADS, shared)?
-                * self.dev.info().sm_count as usize;
-            flash_splits(
-                n_tiles * p.n_heads,
-                resident,
-                longest / self.flash_split_keys,
-            )
+        // Phase 1 (only K tiles) takes half the shared memory, so its own split count.
+        let stats_shared = shared / 2;
+        let (n_split, n_stats) = if st.mode == Mode::Eager {
+            let sms = self.dev.info().sm_count as usize;
+            let mut splits = |name, shared| -> Result<u32, BackendError> {
+                let resident = self.resident_per_sm(st, name, FLASH_THREADS, shared)? * sms;
+                Ok(flash_splits(
+                    n_tiles * p.n_heads,
+                    resident,
+                    longest / self.flash_split_keys,
+                ))
+            };
+            let n_split = splits(kernels.attention, shared)?;
+            let n_stats = if n_split > 1 {
+                splits(kernels.stats, stats_shared)?
+            } else {
+                1
+            };
+            (n_split, n_stats)
         } else {
-            1
+            (1, 1)
         };
-        let with = |n_split: u32, phase: i32, stats: u64, parts: u64| {
+        let with = |n_split: u32, n_stats: u32, stats: u64, parts: u64| {
             let mut all = args[..7].to_vec();
             all.push(Arg::P(tiles_at));
             all.extend_from_slice(&args[7..]);
             all.extend([
                 Arg::I(n_split as i32),
-                Arg::I(phase),
+                Arg::I(n_stats as i32),
                 Arg::I(n as i32),
                 Arg::P(stats),
                 Arg::P(parts),
@@ -364,17 +375,21 @@ impl CudaBackend {
         let grid = |n_split: u32| (n_tiles as u32, p.n_heads as u32 * n_split);
         if n_split == 1 {
             let all = with(1, 0, 0, 0);
+            let name = kernels.attention;
             return Ok(self.launch_with_shared(st, name, grid(1), FLASH_THREADS, shared, &all)?);
         }
         let stream = self.dev.stream().clone();
-        let stats_bytes = n_split as usize * n * p.n_heads * 8;
+        let stats_bytes = n_stats as usize * n * p.n_heads * 8;
         let parts_bytes = n_split as usize * out.len() * 4;
         let stats = st.arena.alloc(&stream, stats_bytes, true)?;
         let parts = st.arena.alloc(&stream, parts_bytes, true)?;
-        for phase in [1, 2] {
-            let all = with(n_split, phase, stats, parts);
-            self.launch_with_shared(st, name, grid(n_split), FLASH_THREADS, shared, &all)?;
-        }
+        // Phase 1: every split's (max, sum) of each row; phase 2: the weighted values.
+        let all = with(n_stats, 0, stats, 0);
+        let name = kernels.stats;
+        self.launch_with_shared(st, name, grid(n_stats), FLASH_THREADS, stats_shared, &all)?;
+        let all = with(n_split, n_stats, stats, parts);
+        let name = kernels.attention;
+        self.launch_with_shared(st, name, grid(n_split), FLASH_THREADS, shared, &all)?;
         let combine = [Arg::P(parts), Arg::P(out.ptr), Arg::I(n_split as i32)];
         self.launch_elementwise(st, "flash_combine", &combine, out.len())?;
         // The next kernel that could be handed this memory waits for these before writing.
@@ -522,17 +537,27 @@ fn flash_shared_bytes(head_dim: usize) -> u32 {
     (2 * 2 * keys * (head_dim + 8) * 2) as u32
 }
 
-/// The flash-attention prompt kernel for a head size: the mma's k is 16.
-fn flash_prefill_kernel(head_dim: usize) -> Option<&'static str> {
-    Some(match head_dim {
-        16 => "flash_prefill_hd16",
-        32 => "flash_prefill_hd32",
-        64 => "flash_prefill_hd64",
-        96 => "flash_prefill_hd96",
-        128 => "flash_prefill_hd128",
-        256 => "flash_prefill_hd256",
+/// The flash-attention prompt kernels of one head size (kernels/flash_prefill.cu).
+#[derive(Clone, Copy)]
+struct FlashKernels {
+    /// Both passes, or phase 2 of a split span.
+    attention: &'static str,
+    /// Phase 1 of a split span: each split's max and sum of every row.
+    stats: &'static str,
+}
+
+/// The flash-attention prompt kernels for a head size: the mma's k is 16.
+fn flash_prefill_kernel(head_dim: usize) -> Option<FlashKernels> {
+    let (attention, stats) = match head_dim {
+        16 => ("flash_prefill_hd16", "flash_stats_hd16"),
+        32 => ("flash_prefill_hd32", "flash_stats_hd32"),
+        64 => ("flash_prefill_hd64", "flash_stats_hd64"),
+        96 => ("flash_prefill_hd96", "flash_stats_hd96"),
+        128 => ("flash_prefill_hd128", "flash_stats_hd128"),
+        256 => ("flash_prefill_hd256", "flash_stats_hd256"),
         _ => return None,
-    })
+    };
+    Some(FlashKernels { attention, stats })
 }
 
 /// The flash kernel's tiles: (sequence, first token row, query count) for every run of up to
