@@ -26,6 +26,8 @@
 // 768-773 -> 807-824, after 512 823-833 -> 922-947; Llama-3.1-8B Q4_K_M (4 query heads a KV head) 174 -> 222 and 288 ->
 // 308. A first version with 4-warp blocks measured 262 after 32,768 (Nsight Compute: 8 warps
 // a multiprocessor, each tile's address arithmetic and barriers on the critical path).
+// NOTE (H200, BENCHMARKS.md 2026-11-29): asking L2 for a split's first 2, 4 or 8 tiles before
+// await_previous_kernels, as model.cu's attend does for its span, measured no faster.
 
 // Warps of a block (attention.rs GQA_THREADS / 32), positions of a tile, and tiles in flight.
 #define GQA_WARPS 8
