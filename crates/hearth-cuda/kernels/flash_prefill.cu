@@ -106,31 +106,44 @@ __device__ __forceinline__ void load_v_fragments(u32 addr, u32& b0, u32& b1, u32
                  : "r"(addr));
 }
 
+// 16 bytes from global to shared memory by an asynchronous copy, or 16 zero bytes where
+// `live` is false (the copy then reads none of src, which must still be a valid address).
+__device__ __forceinline__ void copy16_async_or_zero(u16* dst, const u16* src, bool live) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)),
+                 "l"(src), "r"(live ? 16u : 0u));
+}
+
 // Keys kb .. kb + BK - 1 of a head into the shared tile ks, and their values into vs when it
-// is not null, 16 bytes at a time by asynchronous copies (gemv_q8a.cu's copy16_async), then
-// committed as one group; keys past p_last are zeros (masked by tile_scores, and zero values
-// keep 0 · v finite).
+// is not null, 16 bytes at a time by asynchronous copies, then committed as one group; keys
+// past p_last are zeros (masked by tile_scores, and zero values keep 0 · v finite). A thread
+// looks up all its rows first, so that its block-table reads are in flight together, and the
+// copies take no branches.
+// NOTE (H200, Qwen3-0.6B Q8_0, pp512 tok/s, two rounds; BENCHMARKS.md 2026-11-29): a lookup
+// and a branch for each 16 bytes, where every lookup's use waited on its table read, gave
+// 15,301 / 15,349 after 32,768 tokens and 99,984 / 99,546 with no context; this gave 16,521 /
+// 16,933 and 108,017 / 106,511.
 template <int HD, int BK, int STRIDE>
 __device__ __forceinline__ void copy_kv_tile(u16* ks, u16* vs, const u16* __restrict__ kc,
                                              const u16* __restrict__ vc, u32 kb, u32 p_last,
                                              const BlockTable& tab, int kv_dim, int kv_off) {
-    constexpr int CHUNKS = HD / 8, THREADS = FLASH_WARPS * WARP_SIZE;
+    constexpr u32 CHUNKS = HD / 8, THREADS = FLASH_WARPS * WARP_SIZE;
+    constexpr u32 ROUNDS = BK * CHUNKS / THREADS;
     static_assert(BK * CHUNKS % THREADS == 0, "a tile's copies are whole rounds of the block");
+    // A key past p_last reads p_last's row: a valid address for the zero-byte copy.
+    u32 j[ROUNDS], slot[ROUNDS];
 #pragma unroll
-    for (int round = 0; round < BK * CHUNKS / THREADS; ++round) {
-        const int i = threadIdx.x + round * THREADS;
-        const int key = i / CHUNKS, ch = i % CHUNKS;
-        const u32 j = kb + key;
-        uint4* kd = reinterpret_cast<uint4*>(ks + key * STRIDE + ch * 8);
-        uint4* vd = vs != nullptr ? reinterpret_cast<uint4*>(vs + key * STRIDE + ch * 8) : nullptr;
-        if (j <= p_last) {
-            const size_t at = tab.slot(j) * kv_dim + kv_off + ch * 8;
-            copy16_async(kd, reinterpret_cast<const uint4*>(kc + at));
-            if (vd != nullptr) copy16_async(vd, reinterpret_cast<const uint4*>(vc + at));
-        } else {
-            *kd = make_uint4(0, 0, 0, 0);
-            if (vd != nullptr) *vd = make_uint4(0, 0, 0, 0);
-        }
+    for (u32 round = 0; round < ROUNDS; ++round) {
+        j[round] = min(kb + (threadIdx.x + round * THREADS) / CHUNKS, p_last);
+    }
+    tab.slots(j, slot);
+#pragma unroll
+    for (u32 round = 0; round < ROUNDS; ++round) {
+        const u32 i = threadIdx.x + round * THREADS;
+        const u32 key = i / CHUNKS, to = key * STRIDE + i % CHUNKS * 8;
+        const size_t at = (size_t)slot[round] * kv_dim + kv_off + i % CHUNKS * 8;
+        const bool live = kb + key <= p_last;
+        copy16_async_or_zero(ks + to, kc + at, live);
+        if (vs != nullptr) copy16_async_or_zero(vs + to, vc + at, live);
     }
     copies_commit();
 }

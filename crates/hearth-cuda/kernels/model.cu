@@ -222,6 +222,23 @@ struct BlockTable {
         }
         return (size_t)entries[j / block_size - b0] * block_size + j % block_size;
     }
+    // The slots of N positions, as 32-bit numbers (a cache holds fewer than 2^32 slots). The
+    // way of reading the table is chosen once, not per position, so that the N table reads
+    // can all be in flight before the first result is used.
+    template <int N>
+    __device__ __forceinline__ void slots(const u32 (&j)[N], u32 (&out)[N]) const {
+        if (shift >= 0) {
+#pragma unroll
+            for (int i = 0; i < N; ++i) {
+                out[i] = (entries[(j[i] >> shift) - b0] << shift) | (j[i] & (block_size - 1));
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < N; ++i) {
+                out[i] = entries[j[i] / block_size - b0] * block_size + j[i] % block_size;
+            }
+        }
+    }
 };
 
 // Writes the batch's new keys and values (f32 rows of kv_dim) into their f16 cache slots.
