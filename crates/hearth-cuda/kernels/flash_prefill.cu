@@ -109,8 +109,13 @@ __device__ __forceinline__ void load_v_fragments(u32 addr, u32& b0, u32& b1, u32
 // 16 bytes from global to shared memory by an asynchronous copy, or 16 zero bytes where
 // `live` is false (the copy then reads none of src, which must still be a valid address).
 __device__ __forceinline__ void copy16_async_or_zero(u16* dst, const u16* src, bool live) {
+#if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)),
                  "l"(src), "r"(live ? 16u : 0u));
+#else
+    // The host launches no flash kernel below sm_80 (`GpuInfo::has_mma`).
+    __trap();
+#endif
 }
 
 // Keys kb .. kb + BK - 1 of a head into the shared tile ks, and their values into vs when it
