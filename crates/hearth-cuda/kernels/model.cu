@@ -217,10 +217,7 @@ struct BlockTable {
     int block_size;
     int shift;  // block_shift(block_size)
     __device__ __forceinline__ size_t slot(u32 j) const {
-        if (shift >= 0) {
-            return ((size_t)entries[(j >> shift) - b0] << shift) | (j & (block_size - 1));
-        }
-        return (size_t)entries[j / block_size - b0] * block_size + j % block_size;
+        return shift >= 0 ? by_shift<size_t>(j) : by_division<size_t>(j);
     }
     // The slots of N positions, as 32-bit numbers (a cache holds fewer than 2^32 slots). The
     // way of reading the table is chosen once, not per position, so that the N table reads
@@ -229,15 +226,20 @@ struct BlockTable {
     __device__ __forceinline__ void slots(const u32 (&j)[N], u32 (&out)[N]) const {
         if (shift >= 0) {
 #pragma unroll
-            for (int i = 0; i < N; ++i) {
-                out[i] = (entries[(j[i] >> shift) - b0] << shift) | (j[i] & (block_size - 1));
-            }
+            for (int i = 0; i < N; ++i) out[i] = by_shift<u32>(j[i]);
         } else {
 #pragma unroll
-            for (int i = 0; i < N; ++i) {
-                out[i] = entries[j[i] / block_size - b0] * block_size + j[i] % block_size;
-            }
+            for (int i = 0; i < N; ++i) out[i] = by_division<u32>(j[i]);
         }
+    }
+    // The slot of position j, computed in T.
+    template <class T>
+    __device__ __forceinline__ T by_shift(u32 j) const {
+        return ((T)entries[(j >> shift) - b0] << shift) | (j & (block_size - 1));
+    }
+    template <class T>
+    __device__ __forceinline__ T by_division(u32 j) const {
+        return (T)entries[j / block_size - b0] * block_size + j % block_size;
     }
 };
 
