@@ -113,7 +113,7 @@ __device__ __forceinline__ void copy16_async_or_zero(u16* dst, const u16* src, b
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)),
                  "l"(src), "r"(live ? 16u : 0u));
 #else
-    // The host launches no flash kernel below sm_80 (`GpuInfo::has_mma`).
+    // The host launches no flash or attention_gqa kernel below sm_80 (`GpuInfo::has_mma`).
     __trap();
 #endif
 }
@@ -463,9 +463,14 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
             }
         }
     }
-    // Every query sees at least its own position, so a live row has l > 0.
-    const float base[2] = {m[0] == NEG_INF ? 0.f : m[0], m[1] == NEG_INF ? 0.f : m[1]};
-    const float inv[2] = {l[0] > 0.f ? 1.f / l[0] : 0.f, l[1] > 0.f ? 1.f / l[1] : 0.f};
+    // Every query sees at least its own position, so a live row has l > 0 (and m finite).
+    // The final weights 2^(s - m) / l as 2^(s - (m + log2 l)), a multiply less each; a row
+    // without l gets weights 2^-inf = 0.
+    // NOTE (H200, Qwen3-0.6B Q8_0, pp512 tok/s, BENCHMARKS.md 2026-11-29, later): with the
+    // multiply by 1 / l, 106,223 with no context and 16,357 after 32,768 tokens; this gave
+    // 108,714 / 108,111 and 16,766 / 17,483.
+    const float fold[2] = {l[0] > 0.f ? m[0] + log2f(l[0]) : -NEG_INF,
+                           l[1] > 0.f ? m[1] + log2f(l[1]) : -NEG_INF};
 
     // Pass 2: o = p · v with the final weights p = 2^(s - m) / l rounded to f16, as the CPU
     // backend rounds them (cpu/attention.rs); the scores are computed again.
@@ -490,8 +495,8 @@ __device__ void flash_prefill(const float* __restrict__ q, const u16* __restrict
                     for (int i = 0; i < 4; ++i) {
                         const float* t = s[2 * (k - k0) + i / 2];
                         const int r = i % 2;
-                        a[i] = pack_half2(flash_exp2(fmaf(t[2 * r], f, -base[r])) * inv[r],
-                                          flash_exp2(fmaf(t[2 * r + 1], f, -base[r])) * inv[r]);
+                        a[i] = pack_half2(flash_exp2(fmaf(t[2 * r], f, -fold[r])),
+                                          flash_exp2(fmaf(t[2 * r + 1], f, -fold[r])));
                     }
                     // Lane l names row (l % 8) + 8 ((l / 8) % 2) of dims + 8 (l / 16) of its
                     // matrix.
