@@ -10,6 +10,12 @@ scripts/setup-test-clients.sh
 if scripts/setup-lavapipe.sh; then
     export HEARTH_REQUIRE_WGPU=1
 fi
+# The CUDA kernels are compiled by NVRTC from NVIDIA's wheel (no GPU needed); once it is
+# there, a library that does not load is a test failure rather than a skip.
+if nvrtc_lib=$(scripts/setup-nvrtc.sh); then
+    export LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export HEARTH_REQUIRE_NVRTC=1
+fi
 # A one-off build gains nothing from incremental state, which would double the build directory.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # The workspace builds for Apple Silicon macOS (checked, not run: no Mac here).
