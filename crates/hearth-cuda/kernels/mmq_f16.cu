@@ -13,6 +13,11 @@
 // A block of MMF_THREADS computes MMF_ROWS weight rows by MMF_TOKENS tokens in steps of 256
 // values, through a ring of two stages in dynamic shared memory: raw weight blocks (mmq.cu's
 // layout and skew) and the f16 activations. Each warp takes 16 rows by all 32 tokens.
+// NOTE (H200, BENCHMARKS.md 2026-11-29, later): tiles of 64 tokens for batches past 32 (each
+// weight decoded once for twice the products: the Q4_K loop's 16.8 instructions a `mma` down
+// to 9.2) lost, their shared memory leaving two blocks a multiprocessor instead of four:
+// Llama-3.1-8B Q4_K_M 64 sequences 5,461 -> 4,689 tok/s, 96-token prompt 7,165 -> 4,654,
+// 128-token prompt 7,579 -> 7,117.
 //
 // NOTE (H100, 2026-11-26, against the int8 kernels in the same binary, two rounds):
 // Llama-3.1-8B Q4_K_M 64-sequence decode 3,583 / 3,600 -> 5,028 / 5,032 tok/s, 32-token prompt
