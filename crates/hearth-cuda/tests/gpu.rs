@@ -41,7 +41,18 @@ fn gemv_matches_reference_for_every_type_and_odd_shapes() {
     for ty in GEMV_TYPES {
         // 20001 rows: more row groups than one wave of warps, so warps walk several groups
         // (grid-stride) and prefetch across them; odd, so the last group is half empty.
-        for (rows, cols) in [(64, 512), (7, 1024), (33, 864), (1, 2048), (20001, 256)] {
+        // 3072 and 5120 columns: int8 rows of three and of five or more shared-memory windows
+        // (staged whole, and through two windows in turn).
+        let shapes = [
+            (64, 512),
+            (7, 1024),
+            (33, 864),
+            (1, 2048),
+            (20001, 256),
+            (5, 3072),
+            (3, 5120),
+        ];
+        for (rows, cols) in shapes {
             if ty.bytes_for(cols as u64).is_none() {
                 continue;
             }
