@@ -363,7 +363,8 @@ impl CudaDevice {
             shared_mem_bytes: 0,
         };
         let mut launch = self.stream().launch_builder(self.function("argmax_f32")?);
-        launch.arg(logits).arg(out).arg(&cols);
+        let no_host_copy = 0u64;
+        launch.arg(logits).arg(out).arg(&no_host_copy).arg(&cols);
         // SAFETY: argument types and order match the kernel; sizes checked above.
         unsafe { launch.launch(cfg) }.map_err(driver("argmax launch"))?;
         Ok(())

@@ -14,17 +14,24 @@ const SPLIT_THREADS: u32 = 256;
 const SPLIT_CHUNK: usize = 16 * SPLIT_THREADS as usize;
 
 impl CudaBackend {
-    /// Queues the argmax of each of `t`'s rows into `ids` (one u32 per row).
+    /// Queues the argmax of each of `t`'s rows into `ids` (device memory, one u32 per row)
+    /// and, unless 0, into `ids_host` (page-locked host memory, as many).
     pub(super) fn launch_argmax(
         &self,
         st: &mut State,
         t: &CudaTensor,
-        ids: &CudaTensor,
+        ids: u64,
+        ids_host: u64,
     ) -> Result<(), BackendError> {
-        if t.cols > SPLIT_CHUNK && self.launch_argmax_split(st, t, ids)? {
+        if t.cols > SPLIT_CHUNK && self.launch_argmax_split(st, t, ids, ids_host)? {
             return Ok(());
         }
-        let args = [Arg::P(t.ptr), Arg::P(ids.ptr), Arg::I(t.cols as i32)];
+        let args = [
+            Arg::P(t.ptr),
+            Arg::P(ids),
+            Arg::P(ids_host),
+            Arg::I(t.cols as i32),
+        ];
         let grid = (t.rows as u32, 1);
         self.launch(st, "argmax_f32", grid, crate::ops::ARGMAX_THREADS, &args)?;
         Ok(())
@@ -36,7 +43,8 @@ impl CudaBackend {
         &self,
         st: &mut State,
         t: &CudaTensor,
-        ids: &CudaTensor,
+        ids: u64,
+        ids_host: u64,
     ) -> Result<bool, BackendError> {
         if !st.mode.launches() {
             // A replayed step: its recording holds the launch.
@@ -51,7 +59,8 @@ impl CudaBackend {
             Arg::P(t.ptr),
             Arg::P(part),
             Arg::P(counts),
-            Arg::P(ids.ptr),
+            Arg::P(ids),
+            Arg::P(ids_host),
             Arg::I(t.cols as i32),
         ];
         self.launch(

@@ -5,8 +5,10 @@
 //! waiting for the host (its wait's return, its walk of the model, the graph's launch).
 //!
 //! Two chained passes may be in flight at once; they alternate between two parities, each
-//! with its own staging buffer (a recorded step's copy nodes read their host data there
-//! when the graph runs, so the next pass must not overwrite it) and its own replay key.
+//! with its own staging buffer (a recorded step's host data is copied from there when the
+//! stream reaches its graph, so the next pass must not overwrite it) and its own replay key.
+//! The argmax kernel stores the ids both where the next embedding reads them and in the
+//! parity's page-locked slot: no copy stands between one step's graph and the next.
 //! A pass that is not chained synchronizes first, as before.
 
 use std::collections::VecDeque;
@@ -14,7 +16,7 @@ use std::collections::VecDeque;
 use cudarc::driver::CudaEvent;
 use hearth_backend::BackendError;
 
-use super::memory::{Kept, Pinned};
+use super::memory::{Kept, Pinned, Staging};
 use super::staging::PINNED_START;
 use super::state::{Mode, State};
 use super::{CudaBackend, CudaTensor};
@@ -29,8 +31,8 @@ const PARITY_KEY: u64 = 1 << 63;
 /// What chained passes keep between passes.
 pub(super) struct Chain {
     /// Staging buffers not in use: slot 0 the plain passes', slot 1 + p chained parity p's.
-    /// The one in use is `State::pinned`, of slot `in_use`.
-    parked: [Option<Pinned>; 3],
+    /// The one in use is `State::staging`, of slot `in_use`.
+    parked: [Option<Staging>; 3],
     in_use: usize,
     /// Chained passes begun: the next one's parity is `begun % 2`.
     begun: u64,
@@ -106,7 +108,7 @@ impl CudaBackend {
         }
         let next = match st.chain.parked[slot].take() {
             Some(p) => p,
-            None => match Pinned::new(self.dev.context(), PINNED_START) {
+            None => match Staging::new(self.dev.context(), self.dev.stream(), PINNED_START) {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!("staging for chained steps: {e}");
@@ -114,7 +116,7 @@ impl CudaBackend {
                 }
             },
         };
-        let current = std::mem::replace(&mut st.pinned, next);
+        let current = std::mem::replace(&mut st.staging, next);
         st.chain.parked[st.chain.in_use] = Some(current);
         st.chain.in_use = slot;
         true
@@ -171,48 +173,27 @@ impl CudaBackend {
                 "a third chained step queued before the first was taken".into(),
             ));
         }
-        let ids = self.tensor(&mut st, t.rows, 1)?;
-        self.launch_argmax(&mut st, t, &ids)?;
         let chained = self.chained_ids(&mut st, t.rows)?;
-        let stream = self.dev.stream();
-        if st.mode.launches() {
-            // SAFETY: both are device allocations of at least t.rows u32.
-            unsafe {
-                cudarc::driver::result::memcpy_dtod_async(
-                    chained,
-                    ids.ptr,
-                    t.rows * 4,
-                    stream.cu_stream(),
-                )
-            }
-            .map_err(|e| BackendError::Device(format!("chained ids: {e:?}")))?;
-        }
-        self.finish_pass(&mut st)?;
         let mut ids_host = match st.chain.ids_host.take() {
             Some(p) => p,
             None => Pinned::new(self.dev.context(), 2 * MAX_ROWS * 4)?,
         };
         let parity = st.chain.parity;
-        let host = ids_host.as_mut_ptr() as usize + parity * MAX_ROWS * 4;
+        // NOTE: the slot's address is part of the parity's recorded step: the buffer is made
+        // once and never replaced.
+        let host = ids_host.as_mut_ptr() as u64 + (parity * MAX_ROWS * 4) as u64;
         st.chain.ids_host = Some(ids_host);
+        // The kernel stores the ids where the next step's embedding reads them and in the
+        // parity's page-locked slot, read only after the event below has completed.
+        self.launch_argmax(&mut st, t, chained, host)?;
+        self.finish_pass(&mut st)?;
+        let stream = self.dev.stream();
         while st.chain.events.len() < 2 {
             let event = self.dev.context().new_event(None).map_err(|e| {
                 BackendError::Device(format!("chained ids: creating an event: {e:?}"))
             })?;
             st.chain.events.push(event);
         }
-        // SAFETY: `chained` holds t.rows u32 on the device; the parity's slot of the page-locked
-        // buffer has room for MAX_ROWS, and is read only after the event below has completed.
-        unsafe {
-            cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
-                host as *mut std::ffi::c_void,
-                chained,
-                t.rows * 4,
-                stream.cu_stream(),
-            )
-        }
-        .result()
-        .map_err(|e| BackendError::Device(format!("chained ids: {e:?}")))?;
         st.chain.events[parity]
             .record(stream)
             .map_err(|e| BackendError::Device(format!("chained ids: {e:?}")))?;
@@ -236,7 +217,7 @@ impl CudaBackend {
                 "chained ids read back before any was queued".into(),
             ));
         };
-        // SAFETY: the parity's slot holds `rows` u32, written by the copy the event followed.
+        // SAFETY: the parity's slot holds `rows` u32, written by the argmax the event followed.
         let words = unsafe {
             std::slice::from_raw_parts(host.add(parity * MAX_ROWS * 4) as *const u32, rows)
         };

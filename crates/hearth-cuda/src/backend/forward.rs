@@ -6,6 +6,7 @@ use hearth_backend::{BackendError, DeviceVisible, HostValues};
 use super::memory::Pinned;
 use super::state::{self, Mode, State};
 use super::{CudaBackend, CudaTensor};
+use cudarc::driver::CudaStream;
 
 impl CudaBackend {
     /// Starts a pass with replay key `key`; `chained`: one that ends in a chained argmax
@@ -28,8 +29,13 @@ impl CudaBackend {
         // wants no logits): its copies must finish before the staging buffer is reused. A
         // chained pass waits only for the pass whose buffer it takes.
         let key = self.start_chain(st, key, chained);
+        if !st.retired_staging.is_empty() {
+            // Passes before this one may still read them.
+            let _ = self.dev.synchronize();
+            st.retired_staging.clear();
+        }
         st.arena.reset();
-        st.pinned.reset();
+        st.staging.host.reset();
         st.staged.clear();
         st.forget_copies();
         st.mode = st.mode_for(key);
@@ -70,11 +76,11 @@ impl CudaBackend {
                         )));
                     }
                 }
-                launch_graph(st, k)?;
+                launch_graph(st, k, stream)?;
             }
             Mode::Replay(k) => {
                 st.mode = Mode::Eager;
-                launch_graph(st, k)?;
+                launch_graph(st, k, stream)?;
             }
         }
         Ok(())
@@ -250,11 +256,15 @@ unsafe impl DeviceVisible for LockedValues {
     }
 }
 
-fn launch_graph(st: &State, key: u64) -> Result<(), BackendError> {
+/// Launches recorded step `key`, after the copy of the host data its pass staged.
+fn launch_graph(st: &State, key: u64, stream: &CudaStream) -> Result<(), BackendError> {
     let g = st
         .graphs
         .get(&key)
         .ok_or_else(|| BackendError::Device("recorded decode step missing".into()))?;
+    st.staging
+        .copy_staged(stream)
+        .map_err(|e| BackendError::Device(e.to_string()))?;
     g.0.launch()
         .map_err(|e| BackendError::Device(format!("graph launch: {e:?}")))
 }

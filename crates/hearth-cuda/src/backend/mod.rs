@@ -42,7 +42,7 @@ use hearth_sampler::Candidate;
 
 use crate::{CudaDevice, CudaError, KernelCache};
 use launch::Arg;
-use memory::{Lease, Pinned};
+use memory::{Lease, Staging};
 use staging::{key_of, PINNED_START};
 use state::{Mode, State};
 use weight_heap::{WeightHeap, WeightMemory};
@@ -171,7 +171,7 @@ impl CudaBackend {
             dev.info().ordinal,
             dev.info().total_memory as usize,
         );
-        let pinned = Pinned::new(dev.context(), PINNED_START)?;
+        let staging = Staging::new(dev.context(), dev.stream(), PINNED_START)?;
         let overlap_launches = dependent_launch::overlap_launches(dev.info().compute_capability);
         let one_kernel_decode = decode_layers::decode_layers_by_default(&dev);
         tracing::debug!(
@@ -186,7 +186,7 @@ impl CudaBackend {
             blas: blas::LazyBlas::new(),
             weights,
             weight_bytes: AtomicUsize::new(0),
-            state: Mutex::new(State::new(pinned)),
+            state: Mutex::new(State::new(staging)),
             overlap_launches,
             one_kernel_decode,
             wide_attention_set: measurement_setting("HEARTH_CUDA_ATTN_WIDE", 0..=1).map(|v| v == 1),
@@ -417,7 +417,7 @@ impl Backend for CudaBackend {
         let ids = {
             let mut st = self.state()?;
             let ids = self.tensor(&mut st, t.rows, 1)?;
-            self.launch_argmax(&mut st, t, &ids)?;
+            self.launch_argmax(&mut st, t, ids.ptr, 0)?;
             ids
         };
         // The kernel writes u32 ids into the f32 slots of `ids`; the read-back keeps the bits.

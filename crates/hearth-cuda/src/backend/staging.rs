@@ -3,7 +3,7 @@
 
 use hearth_backend::{RopeRows, RopeSpec};
 
-use super::memory::Pinned;
+use super::memory::Staging;
 use super::state::{Mode, StageKey, State};
 use super::CudaBackend;
 use crate::error::driver;
@@ -23,7 +23,9 @@ pub(super) fn key_of<T>(s: &[T], what: &'static str) -> Option<StageKey> {
 
 impl CudaBackend {
     /// Copies host bytes to the device through pinned memory and returns their device address.
-    /// `key`: an array staged again in the same pass reuses the first copy.
+    /// `key`: an array staged again in the same pass reuses the first copy. A pass run op by
+    /// op copies the array now; a recorded or replayed one copies all its staged bytes at once
+    /// before its graph (`Staging`).
     pub(super) fn stage(
         &self,
         st: &mut State,
@@ -34,34 +36,40 @@ impl CudaBackend {
             return Ok(dev);
         }
         let may_grow = st.mode == Mode::Eager;
-        let dev = st.arena.alloc(self.dev.stream(), bytes.len(), may_grow)?;
-        // The memory may have been a dropped tensor's (an upload becomes a tensor).
-        st.forget_copies_of(dev);
         // NOTE: checked before pushing: a push that fits copies the bytes, and pushing twice
         // would stage every array twice.
-        if !st.pinned.fits(bytes.len()) {
+        if !st.staging.host.fits(bytes.len()) {
             if !may_grow {
                 return Err(CudaError::Driver {
                     during: "graph recording",
                     message: "the step stages more host data than the last one".into(),
                 });
             }
-            // Copies queued from the old buffer must finish before it goes.
+            // Copies queued from the old buffers must finish before they go.
             self.dev.synchronize()?;
-            let len = (st.pinned.capacity() * 2).max(bytes.len() * 2);
-            st.pinned = Pinned::new(self.dev.context(), len)?;
+            // NOTE: at least doubled, so that a pass staging more and more grows it rarely;
+            // an array larger than that gets just its own room (a long prompt's upload would
+            // otherwise hold twice its size on the device for good).
+            let len = (st.staging.host.capacity() * 2).max(bytes.len().next_multiple_of(1 << 16));
+            let grown = Staging::new(self.dev.context(), self.dev.stream(), len)?;
+            // NOTE: kept what was staged so far: this pass's earlier arrays are read from
+            // the old device buffer, which must live until the pass ends.
+            st.retired_staging
+                .push(std::mem::replace(&mut st.staging, grown));
             st.drop_graphs();
         }
-        let src = st.pinned.push(bytes).ok_or_else(|| CudaError::Driver {
+        let (dev, src) = st.staging.push(bytes).ok_or_else(|| CudaError::Driver {
             during: "staging",
             message: "pinned buffer too small after growing".into(),
         })?;
-        if st.mode.launches() {
+        if st.mode == Mode::Eager {
             // SAFETY: `src` is page-locked and stays untouched until the pass ends (the next
             // pass synchronizes before reusing it); `dev` holds `bytes.len()` bytes.
             unsafe { result::memcpy_htod_async(dev, src, self.dev.stream().cu_stream()) }
                 .map_err(driver("staging copy"))?;
         }
+        // The memory may have held a copy of a tensor quantized or halved in an earlier pass.
+        st.forget_copies_of(dev);
         if let Some(k) = key {
             st.staged.push((k, dev));
         }

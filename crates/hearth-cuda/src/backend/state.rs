@@ -5,9 +5,10 @@
 //!  begin_forward(None)        eager: every op launches
 //!  begin_forward(Some(k)) #1  eager, and k is remembered (the arena grows to what k needs)
 //!  begin_forward(Some(k)) #2  record: ops launch into a stream capture; to_host ends it,
-//!                             instantiates the graph and launches it
-//!  begin_forward(Some(k)) #3+ replay: ops only refresh their host data in pinned memory (the
-//!                             graph's copy nodes read it there); to_host launches the graph
+//!                             instantiates the graph, copies the staged host data and
+//!                             launches the graph
+//!  begin_forward(Some(k)) #3+ replay: ops only refresh their host data in pinned memory;
+//!                             to_host copies it to the device and launches the graph
 //! ```
 
 use std::cell::Cell;
@@ -17,7 +18,7 @@ use cudarc::driver::{CudaEvent, CudaGraph};
 
 use super::chained::Chain;
 use super::decode_layers::DecodeLayersState;
-use super::memory::{Arena, Kept, Pinned};
+use super::memory::{Arena, Kept, Pinned, Staging};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -51,7 +52,10 @@ pub(super) struct StageKey {
 
 pub(super) struct State {
     pub arena: Arena,
-    pub pinned: Pinned,
+    pub staging: Staging,
+    /// Staging buffers replaced by a larger one during a pass: kept until every pass that
+    /// staged into them has ended.
+    pub retired_staging: Vec<Staging>,
     /// Page-locked memory that large read-backs land in first (see `forward.rs`); grown on
     /// demand, kept between passes.
     pub read_back: Option<Pinned>,
@@ -106,10 +110,11 @@ pub(super) struct Quantized {
 }
 
 impl State {
-    pub fn new(pinned: Pinned) -> Self {
+    pub fn new(staging: Staging) -> Self {
         Self {
             arena: Arena::new(),
-            pinned,
+            staging,
+            retired_staging: Vec::new(),
             read_back: None,
             read_back_events: Vec::new(),
             counters: Kept::new("counter allocation"),
@@ -194,7 +199,7 @@ impl State {
             .map(|&(_, dev)| dev)
     }
 
-    /// Forget every recording (their copy nodes point into a pinned buffer being replaced).
+    /// Forget every recording (their kernels read staged data from a buffer being replaced).
     pub fn drop_graphs(&mut self) {
         self.graphs.clear();
         self.seen.clear();
