@@ -21,11 +21,13 @@ python3 -c 'import gguf' 2>/dev/null ||
 
 # Writes $3, a synthetic model of preset $1 (synth_gguf.py: real shapes, random weights)
 # quantized by hearth to $2, unless it is there already; returns non-zero if it could not.
+# The F16 file is named after $3, so that several can be made at once in the background.
 synth_model() {
   [ -s "$3" ] && return 0
-  python3 "$bin/synth_gguf.py" "$1" "$work/f16.gguf" >/dev/null 2>&1 &&
-    "$bin/hearth" quantize "$work/f16.gguf" "$3" "$2" >/dev/null 2>&1
+  local f16=$3.f16.gguf
+  python3 "$bin/synth_gguf.py" "$1" "$f16" >/dev/null 2>&1 &&
+    "$bin/hearth" quantize "$f16" "$3" "$2" >/dev/null 2>&1
   local rc=$?
-  rm -f "$work/f16.gguf"
+  rm -f "$f16"
   return $rc
 }
