@@ -1,12 +1,12 @@
 //! The start and end of a forward pass: choosing eager, record or replay mode (`state.rs`),
 //! and reading the result back, which ends a recording and launches the graph.
 
+use cudarc::driver::CudaStream;
 use hearth_backend::{BackendError, DeviceVisible, HostValues};
 
 use super::memory::Pinned;
 use super::state::{self, Mode, State};
 use super::{CudaBackend, CudaTensor};
-use cudarc::driver::CudaStream;
 
 impl CudaBackend {
     /// Starts a pass with replay key `key`; `chained`: one that ends in a chained argmax
