@@ -68,8 +68,6 @@ impl CudaBackend {
             unsafe { result::memcpy_htod_async(dev, src, self.dev.stream().cu_stream()) }
                 .map_err(driver("staging copy"))?;
         }
-        // The memory may have held a copy of a tensor quantized or halved in an earlier pass.
-        st.forget_copies_of(dev);
         if let Some(k) = key {
             st.staged.push((k, dev));
         }
