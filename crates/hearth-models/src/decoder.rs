@@ -74,6 +74,12 @@ fn add_row<B: Backend>(be: &B, x: &mut B::Tensor, bias: &[f32]) -> Result<(), Mo
     Ok(())
 }
 
+/// Whether `batch` wants the logits of every row, in order (as decode steps do).
+fn wants_every_row(batch: &Batch) -> bool {
+    batch.logits_rows.len() == batch.tokens.len()
+        && batch.logits_rows.iter().enumerate().all(|(i, &r)| i == r)
+}
+
 /// What every layer's attention needs to know about the batch's rows.
 struct LayerRows<'a> {
     batch: &'a Batch<'a>,
@@ -431,9 +437,7 @@ impl<B: Backend> DecoderModel<B> {
     /// first. Other batches (prompt chunks, traced runs) run op by op.
     fn graph_key(&self, backend: &B, batch: &Batch) -> Option<u64> {
         let n = batch.tokens.len();
-        let decode = batch.seqs.iter().all(|s| s.n_tokens == 1)
-            && batch.logits_rows.len() == n
-            && batch.logits_rows.iter().enumerate().all(|(i, &r)| i == r);
+        let decode = batch.seqs.iter().all(|s| s.n_tokens == 1) && wants_every_row(batch);
         let tracing = self.trace.lock().map(|t| t.is_some()).unwrap_or(true);
         // NOTE: expert routing reads router logits back and sizes matmuls by them.
         let sparse = self.config.moe.is_some();
@@ -500,8 +504,11 @@ impl<B: Backend> DecoderModel<B> {
                 if batch.logits_rows.is_empty() {
                     return Ok(());
                 }
-                ctx = be.gather_rows(&ctx, batch.logits_rows)?;
-                x = be.gather_rows(&x, batch.logits_rows)?;
+                // A decode step wants every row: gathering them all would copy them in order.
+                if !wants_every_row(batch) {
+                    ctx = be.gather_rows(&ctx, batch.logits_rows)?;
+                    x = be.gather_rows(&x, batch.logits_rows)?;
+                }
             }
             self.project_add(be, &layer.wo, &ctx, layer.attn_post_norm.as_ref(), &mut x)?;
             match &layer.ffn {
