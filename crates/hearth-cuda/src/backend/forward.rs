@@ -5,7 +5,7 @@ use cudarc::driver::CudaStream;
 use hearth_backend::{BackendError, DeviceVisible, HostValues};
 
 use super::memory::Pinned;
-use super::state::{self, Mode, State};
+use super::state::{self, EarlyLaunch, Mode, State};
 use super::{CudaBackend, CudaTensor};
 
 impl CudaBackend {
@@ -39,6 +39,14 @@ impl CudaBackend {
         st.staged.clear();
         st.forget_copies();
         st.mode = st.mode_for(key);
+        // NOTE: not for chained steps, which are queued ahead of the device anyway.
+        st.early_launch = match st.mode {
+            Mode::Replay(k) if !chained => st
+                .graphs
+                .get(&k)
+                .map_or(EarlyLaunch::Off, |g| EarlyLaunch::At(g.staged)),
+            _ => EarlyLaunch::Off,
+        };
         st.start_tensor_log();
         if let Mode::Record(k) = st.mode {
             let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
@@ -60,9 +68,10 @@ impl CudaBackend {
                 st.mode = Mode::Eager;
                 let flags = cudarc::driver::sys::CUgraphInstantiate_flags(0);
                 match stream.end_capture(flags) {
-                    Ok(Some(g)) => {
+                    Ok(Some(exec)) => {
                         tracing::debug!(batch = k, "decode step recorded as a CUDA graph");
-                        st.graphs.insert(k, state::Graph(g));
+                        let staged = st.staging.host.used();
+                        st.graphs.insert(k, state::Graph { exec, staged });
                     }
                     other => {
                         let why = match other {
@@ -80,7 +89,10 @@ impl CudaBackend {
             }
             Mode::Replay(k) => {
                 st.mode = Mode::Eager;
-                launch_graph(st, k, stream)?;
+                let early = std::mem::replace(&mut st.early_launch, EarlyLaunch::Off);
+                if early != EarlyLaunch::Done {
+                    launch_graph(st, k, stream)?;
+                }
             }
         }
         Ok(())
@@ -257,7 +269,7 @@ unsafe impl DeviceVisible for LockedValues {
 }
 
 /// Launches recorded step `key`, after the copy of the host data its pass staged.
-fn launch_graph(st: &State, key: u64, stream: &CudaStream) -> Result<(), BackendError> {
+pub(super) fn launch_graph(st: &State, key: u64, stream: &CudaStream) -> Result<(), BackendError> {
     let g = st
         .graphs
         .get(&key)
@@ -265,6 +277,7 @@ fn launch_graph(st: &State, key: u64, stream: &CudaStream) -> Result<(), Backend
     st.staging
         .copy_staged(stream)
         .map_err(|e| BackendError::Device(e.to_string()))?;
-    g.0.launch()
+    g.exec
+        .launch()
         .map_err(|e| BackendError::Device(format!("graph launch: {e:?}")))
 }

@@ -35,11 +35,30 @@ impl Mode {
 }
 
 /// A recorded decode step.
-pub(super) struct Graph(pub CudaGraph);
+pub(super) struct Graph {
+    pub exec: CudaGraph,
+    /// Bytes of host data its pass staged: a replay has staged all it reads once it has
+    /// staged as many.
+    pub staged: usize,
+}
 
 // SAFETY: a graph is only launched or dropped under the backend's state mutex, never from two
 // threads at once (the driver's rule for graph objects).
 unsafe impl Send for Graph {}
+
+/// Whether a replayed step's graph goes out as soon as the pass has staged the host data it
+/// reads, while the host walks the rest of the pass (`staging.rs`): the walk's other work
+/// (addresses, checks) reaches the device only as kernel arguments, and those the recording
+/// holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum EarlyLaunch {
+    /// The graph goes out when the pass ends (recordings, op by op, chained steps).
+    Off,
+    /// Once this many bytes are staged.
+    At(usize),
+    /// It has gone out: the pass may stage nothing more.
+    Done,
+}
 
 /// Which host array a staged copy came from: the same array staged twice in one pass (the
 /// positions for every layer's rope, the batch for every layer's attention) is copied once.
@@ -66,6 +85,7 @@ pub(super) struct State {
     /// A weight's f16 values for cuBLAS, one row chunk at a time (`launch.rs` `gemm`).
     pub dequantized: Kept,
     pub mode: Mode,
+    pub early_launch: EarlyLaunch,
     pub graphs: HashMap<u64, Graph>,
     /// Keys seen once (recorded at their second pass).
     pub seen: HashSet<u64>,
@@ -120,6 +140,7 @@ impl State {
             counters: Kept::new("counter allocation"),
             dequantized: Kept::new("dequantized weight allocation"),
             mode: Mode::Eager,
+            early_launch: EarlyLaunch::Off,
             graphs: HashMap::new(),
             seen: HashSet::new(),
             unrecordable: HashSet::new(),
