@@ -71,7 +71,15 @@ impl CudaBackend {
                     Ok(Some(exec)) => {
                         tracing::debug!(batch = k, "decode step recorded as a CUDA graph");
                         let staged = st.staging.host.used();
-                        st.graphs.insert(k, state::Graph { exec, staged });
+                        let arena_end = st.arena.position();
+                        st.graphs.insert(
+                            k,
+                            state::Graph {
+                                exec,
+                                staged,
+                                arena_end,
+                            },
+                        );
                     }
                     other => {
                         let why = match other {
@@ -92,6 +100,12 @@ impl CudaBackend {
                 let early = std::mem::replace(&mut st.early_launch, EarlyLaunch::Off);
                 if early != EarlyLaunch::Done {
                     launch_graph(st, k, stream)?;
+                }
+                // The pass may go on op by op: its tensors must not take the replayed ones'
+                // memory.
+                if let Some(g) = st.graphs.get(&k) {
+                    let mark = g.arena_end;
+                    st.arena.skip_past(mark);
                 }
             }
         }

@@ -89,6 +89,27 @@ impl Arena {
         }
     }
 
+    /// Where the next allocation goes (chunk, offset): a pass's blocks all lie before it.
+    pub fn position(&self) -> (usize, usize) {
+        (self.chunk, self.offset)
+    }
+
+    /// Moves the next allocation past `mark`, a recorded pass's [`Self::position`] at its
+    /// end, and forgets the blocks given back so far in this pass. A replayed pass's tensors
+    /// lie where its recording put them, without this arena's bookkeeping: what the pass
+    /// allocates after its graph must not be handed their memory.
+    pub fn skip_past(&mut self, mark: (usize, usize)) {
+        if mark > self.position() {
+            (self.chunk, self.offset) = mark;
+        }
+        for (_, blocks) in &mut self.free {
+            blocks.clear();
+        }
+        if let Ok(mut r) = self.returned.lock() {
+            r.clear();
+        }
+    }
+
     /// As `alloc`, for a block that goes back to the arena when the lease is dropped.
     pub fn alloc_leased(
         &mut self,

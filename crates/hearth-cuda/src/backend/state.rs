@@ -40,6 +40,9 @@ pub(super) struct Graph {
     /// Bytes of host data its pass staged: a replay has staged all it reads once it has
     /// staged as many.
     pub staged: usize,
+    /// Where its pass's transient memory ended (`Arena::position`): a replay's later
+    /// allocations start past it.
+    pub arena_end: (usize, usize),
 }
 
 // SAFETY: a graph is only launched or dropped under the backend's state mutex, never from two
