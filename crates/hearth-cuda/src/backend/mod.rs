@@ -837,6 +837,11 @@ fn rope_fits(rope: &RopeSpec, head_dim: usize) -> bool {
 impl CudaBackend {
     /// `out = rms_norm(x)` over whole rows, and out's 8-bit copy for the int8-activation GEMVs
     /// that decode steps run next (kept in the state, see [`state::Quantized`]).
+    ///
+    /// NOTE (H200, 2026-11-29, BENCHMARKS.md): computed instead by the o and down GEMVs that
+    /// write x (their last block, found through a counter a token, normed the whole row), a
+    /// decode step was 7-10% slower (Qwen3-0.6B Q8_0 tg128 `--greedy` 1,200 against 1,294
+    /// tok/s): the counter's fences and atomic cost more than the link between two kernels.
     fn launch_norm_quantize(
         &self,
         st: &mut State,
