@@ -112,6 +112,10 @@ __device__ __forceinline__ void let_dependents_launch() {
 
 // Asks L2 for `bytes` bytes from `p` (weights, before await_previous_kernels), one 128-byte
 // line per lane of the warp at a time. A hint: nothing waits for it.
+// NOTE: the short kernels of a decode step (norms, q/k norm and rope, attention) asking L2 for
+// the next projections' weights, from extra blocks of their grids, lost on an H200 wherever
+// they were put: Qwen3-0.6B Q8_0 tg128 1,172-1,247 against 1,264-1,270 tok/s (BENCHMARKS.md,
+// 2026-11-29, afternoon). A kernel that asks for megabytes seems to end only once they came.
 __device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes, int lane) {
     const char* c = static_cast<const char*>(p);
     for (size_t at = (size_t)lane * 128; at < bytes; at += WARP_SIZE * 128) {

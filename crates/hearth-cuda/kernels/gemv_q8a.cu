@@ -55,6 +55,12 @@
 // tok/s, Llama-3.2-1B Q8_0 (17.8 MB of down weights) 1,119 / 1,120 -> 1,035 / 1,040; before
 // their own rows 1,152 / 1,146 and 1,034 / 1,035. The requests take the bandwidth the gated
 // GEMV's own last rows need.
+// NOTE (H200, 2026-11-29, afternoon, `binary_ab.sh`): the down projection done by the gated
+// GEMV's blocks (clusters of 8 computing 128 activations, exchanging them through distributed
+// shared memory, each multiplying them by its share of down's rows; part rows the next norm
+// adds) was slower too: Qwen3-0.6B Q8_0 tg128 1,235-1,238 against 1,265-1,267 tok/s. Skipping
+// the down projection outright would give 1,466-1,472: its kernel costs ~4 µs a layer, but the
+// cluster's barrier and the exchange after it cost ~3 µs, and its weight copies 5% more.
 #ifndef Q8A_PREFETCH_BYTES
 #define Q8A_PREFETCH_BYTES 0
 #endif
