@@ -213,6 +213,34 @@ extern "C" __global__ void quantize_q8_1(const float* __restrict__ x, i8* __rest
     quantize_group_q8_1(x[group * 32 + lane], xq + group * 32 + lane, xds + group);
 }
 
+// A block quantizes the n values of x (a multiple of 32) into xq / xds itself, laid out as
+// quantize_q8_1 writes them and with its bits (a group's max and sum of q do not depend on
+// which lanes hold its values): 8 lanes a group, 4 values a lane, so a warp takes 128 values
+// a round, and every load of a warp's rounds goes out before the first group is quantized.
+// For a GEMV whose input no kernel has quantized (gemv_rows_q8a's `xf`). All threads of the
+// block call it; the caller syncs the block before reading xq / xds.
+__device__ __forceinline__ void block_quantize_q8_1(const float* __restrict__ x, i8* xq,
+                                                    float2* xds, int n) {
+    constexpr int ROUNDS = 6;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    const int stride = blockDim.x * 4;  // values of all the block's warps' rounds
+    for (int base = warp * 128; base < n; base += ROUNDS * stride) {
+        float4 v[ROUNDS];
+#pragma unroll
+        for (int i = 0; i < ROUNDS; ++i) {
+            const int at = base + i * stride + lane * 4;
+            v[i] = at < n ? *reinterpret_cast<const float4*>(x + at) : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int i = 0; i < ROUNDS; ++i) {
+            const int at = base + i * stride + lane * 4;
+            if (base + i * stride >= n) break;  // the same for the whole warp
+            const float vals[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+            quantize_lane_values_q8_1<4>(vals, xq + at, xds + at / 32, at < n);
+        }
+    }
+}
+
 // Each block type: BYTES, QK, LANES (= QK / VALS) and dot(): the lane's VALS values of block
 // `b` times its VALS activations `xv` (16 per uint4), scaled to f32; `ds` is (d, d * sum q) of
 // the 32-group of their first value.
@@ -367,6 +395,35 @@ __device__ __forceinline__ void warp_weight_rows(const u8** rows, const u8* w, c
 // One warp's two weight windows (shared memory).
 typedef uint4 (*Q8aWindows)[ROWS_PER_WARP][Q8A_WINDOW_VECS];
 
+// A GEMV block's own 8-bit copy of its activations: `x` the token's f32 row, which the block
+// quantizes (block_quantize_q8_1) into q (n_cols bytes) and ds (n_cols / 32 pairs), shared
+// memory, once the kernels before it have ended; then it reads those instead of xq / xds. For
+// the down projection after the gated GEMV (launch.rs `own_q8_fits`): each of its blocks
+// reads the whole f32 row through L2, one round trip, as it would read the 8-bit row, where
+// the gated GEMV's own copy (quantize_when_complete) ends that kernel a fence, an atomic, a
+// fence and a load later. x null: none. Every warp of the block must take part (no warp
+// past n_rows): the block syncs.
+//
+// NOTE (H200, `scripts/device/binary_ab.sh`, tg128, two rounds, tok/s, the early residual of
+// gemv_rows_base on): the gated GEMV's copy 1,270.5 / 1,279.1 -> the down projection's own
+// 1,307.7 / 1,312.1 on Qwen3-0.6B Q8_0 (+3%), 1,333.5 / 1,330.5 -> 1,365.9 / 1,363.7 on
+// Q4_K_M (+2.5%).
+struct OwnQ8 {
+    const float* x;
+    i8* q;
+    float2* ds;
+};
+#define NO_OWN_Q8 (OwnQ8{nullptr, nullptr, nullptr})
+
+// With `own`, the block's 8-bit copy of its activations (see OwnQ8), made after
+// await_previous_kernels: true, and the caller reads own.q / own.ds instead of xq / xds.
+__device__ __forceinline__ bool make_own_q8(OwnQ8 own, int n_cols) {
+    if (own.x == nullptr) return false;
+    block_quantize_q8_1(own.x, own.q, own.ds, n_cols);
+    __syncthreads();
+    return true;
+}
+
 // gemv_rows_q8a for one token's xq / xds / y, with the warp's windows given: the part the
 // decode-layers kernel (decode_layers.cu) shares, which runs it for many blocks in turn.
 template <class B>
@@ -375,7 +432,8 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
                                                    const i8* __restrict__ xq,
                                                    const float2* __restrict__ xds,
                                                    float* __restrict__ y, int n_rows, int n_cols,
-                                                   int mode, int block, GluQ8 q8) {
+                                                   int mode, int block, GluQ8 q8,
+                                                   OwnQ8 own = NO_OWN_Q8) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const bool glu = mode >= GEMV_GLU_SILU;
     const int row0 = (block * WARPS_PER_BLOCK + warp) * (glu ? 1 : ROWS_PER_WARP);
@@ -395,7 +453,6 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
                                                    : fits;
     const int n_windows = (n_blocks + max_per_window - 1) / max_per_window;
     const int blocks_per_window = (n_blocks + n_windows - 1) / n_windows;
-    const uint4* xq4 = reinterpret_cast<const uint4*>(xq);
     float acc[ROWS_PER_WARP];
 #pragma unroll
     for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] = 0.f;
@@ -420,6 +477,12 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
 #if Q8A_EARLY_STAGE
     await_previous_kernels();
 #endif
+    const RowsBase base = gemv_rows_base(y, row0, n_rows, mode, lane);
+    if (make_own_q8(own, n_cols)) {
+        xq = own.q;
+        xds = own.ds;
+    }
+    const uint4* xq4 = reinterpret_cast<const uint4*>(xq);
     for (int i = 0, b0 = 0; b0 < n_blocks; ++i, b0 += blocks_per_window) {
         const int nb = min(blocks_per_window, n_blocks - b0);
         // The next window's copies go out before this one is decoded. Its buffer was last
@@ -457,7 +520,7 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
         }
         __syncwarp();
     }
-    gemv_finish(acc, y, row0, n_rows, mode, lane);
+    gemv_finish(acc, y, row0, n_rows, mode, lane, base);
     if (glu && q8.yq != nullptr) quantize_when_complete(y, q8, row0, lane);
 }
 
@@ -511,7 +574,7 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
                                                           const float2* __restrict__ xds,
                                                           float* __restrict__ y, int n_rows,
                                                           int n_cols, int mode, int block,
-                                                          GluQ8 q8) {
+                                                          GluQ8 q8, OwnQ8 own = NO_OWN_Q8) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const bool glu = mode >= GEMV_GLU_SILU;
     const int row0 = (block * WARPS_PER_BLOCK + warp) * (glu ? 1 : ROWS_PER_WARP);
@@ -522,7 +585,6 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
     const u8* rows[ROWS_PER_WARP];
     warp_weight_rows(rows, w, w2, glu, row0, n_rows, row_bytes);
     const int g = lane % 8;
-    const uint4* xq4 = reinterpret_cast<const uint4*>(xq);
     uint4 head[ROWS_PER_WARP], q[ROWS_PER_WARP][2];
     auto load = [&](int b, uint4* hd, uint4 (*qs)[2]) {
 #pragma unroll
@@ -541,6 +603,7 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
     // before the leaner Q4_K loop, it was within the spread). The same in the staged kernels
     // (gemv_warp_rows_q8a) lost: 346.8 / 346.3 / 347.8, and Qwen3-0.6B Q8_0 990 / 981 / 998 ->
     // 986 / 966 / 978 (its loop grew from 68 to 86 instructions).
+    const uint4* xq4 = nullptr;  // after make_own_q8
     auto load_x = [&](int b, uint4* xv, float2& ds) {
         const int v = b * 256 + 32 * g;  // first value of the lane
         xv[0] = xq4[v / 16];
@@ -550,6 +613,12 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
     int b = lane / 8;
     if (b < n_blocks) load(b, head, q);
     await_previous_kernels();
+    const RowsBase base = gemv_rows_base(y, row0, n_rows, mode, lane);
+    if (make_own_q8(own, n_cols)) {
+        xq = own.q;
+        xds = own.ds;
+    }
+    xq4 = reinterpret_cast<const uint4*>(xq);
     uint4 xv[2];
     float2 ds;
     if (b < n_blocks) load_x(b, xv, ds);
@@ -575,7 +644,7 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
         xv[1] = next_xv[1];
         ds = next_ds;
     }
-    gemv_finish(acc, y, row0, n_rows, mode, lane);
+    gemv_finish(acc, y, row0, n_rows, mode, lane, base);
     if (glu && q8.yq != nullptr) quantize_when_complete(y, q8, row0, lane);
 }
 
@@ -593,27 +662,29 @@ __device__ __forceinline__ void gemv_warp_rows_q8a_typed(int ty, Q8aWindows wind
                                                          const u8* w2, const i8* xq,
                                                          const float2* xds, float* y, int n_rows,
                                                          int n_cols, int mode, int block,
-                                                         GluQ8 q8, bool direct_q4k) {
+                                                         GluQ8 q8, bool direct_q4k,
+                                                         OwnQ8 own = NO_OWN_Q8) {
     switch (ty) {
         case GGML_Q8_0:
             gemv_warp_rows_q8a<Q8aQ8_0>(window, w, w2, xq, xds, y, n_rows, n_cols, mode, block,
-                                        q8);
+                                        q8, own);
             break;
         case GGML_Q4_0:
             gemv_warp_rows_q8a<Q8aQ4_0>(window, w, w2, xq, xds, y, n_rows, n_cols, mode, block,
-                                        q8);
+                                        q8, own);
             break;
         case GGML_Q4_K:
             if (Q8A_DIRECT_Q4K && direct_q4k) {
-                gemv_warp_rows_q4k_direct(w, w2, xq, xds, y, n_rows, n_cols, mode, block, q8);
+                gemv_warp_rows_q4k_direct(w, w2, xq, xds, y, n_rows, n_cols, mode, block, q8,
+                                          own);
             } else {
                 gemv_warp_rows_q8a<Q8aQ4_K>(window, w, w2, xq, xds, y, n_rows, n_cols, mode,
-                                            block, q8);
+                                            block, q8, own);
             }
             break;
         case GGML_Q6_K:
             gemv_warp_rows_q8a<Q8aQ6_K>(window, w, w2, xq, xds, y, n_rows, n_cols, mode, block,
-                                        q8);
+                                        q8, own);
             break;
     }
 }
@@ -624,8 +695,12 @@ __device__ __forceinline__ void gemv_rows_q8a(int ty, const u8* __restrict__ w,
                                               const i8* __restrict__ xq,
                                               const float2* __restrict__ xds,
                                               float* __restrict__ y, int n_rows, int n_cols,
-                                              int mode, int block, GluQ8 q8) {
+                                              int mode, int block, GluQ8 q8,
+                                              const float* xf = nullptr) {
     __shared__ uint4 window[WARPS_PER_BLOCK][2][ROWS_PER_WARP][Q8A_WINDOW_VECS];
+    // With xf: the block's own 8-bit copy (OwnQ8), n_cols bytes and n_cols / 32 pairs of
+    // dynamic shared memory (launch.rs sizes it).
+    extern __shared__ uint4 own_q8[];
     xq += (size_t)blockIdx.y * n_cols;
     xds += (size_t)blockIdx.y * (n_cols / 32);
     y += (size_t)blockIdx.y * n_rows;
@@ -634,8 +709,13 @@ __device__ __forceinline__ void gemv_rows_q8a(int ty, const u8* __restrict__ w,
         q8.yds += (size_t)blockIdx.y * (n_rows / 32);
         q8.counts += (size_t)blockIdx.y * (n_rows / 32);
     }
+    OwnQ8 own = NO_OWN_Q8;
+    if (xf != nullptr) {
+        i8* q = reinterpret_cast<i8*>(own_q8);
+        own = {xf + (size_t)blockIdx.y * n_cols, q, reinterpret_cast<float2*>(q + n_cols)};
+    }
     gemv_warp_rows_q8a_typed(ty, window[threadIdx.x / WARP_SIZE], w, w2, xq, xds, y, n_rows,
-                             n_cols, mode, block, q8, true);
+                             n_cols, mode, block, q8, true, own);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
@@ -664,6 +744,33 @@ gemv_q8a_q6_k(const u8* w, const u8* w2, const i8* xq, const float2* xds, float*
               int n_cols, int mode, i8* yq, float2* yds, u32* counts) {
     gemv_rows_q8a(GGML_Q6_K, w, w2, xq, xds, y, n_rows, n_cols, mode, blockIdx.x,
                   {yq, yds, counts});
+}
+
+// The same, quantizing the token's f32 activations `xf` themselves (OwnQ8; plain modes, every
+// warp of every block with rows): kernels of their own, so that the registers this takes
+// (the quantizer's loads in flight next to the first weights) stay out of the kernels above.
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_q8a_own_q8_0(const u8* w, const float* xf, float* y, int n_rows, int n_cols, int mode) {
+    gemv_rows_q8a(GGML_Q8_0, w, nullptr, nullptr, nullptr, y, n_rows, n_cols, mode, blockIdx.x,
+                  NO_GLU_Q8, xf);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_q8a_own_q4_0(const u8* w, const float* xf, float* y, int n_rows, int n_cols, int mode) {
+    gemv_rows_q8a(GGML_Q4_0, w, nullptr, nullptr, nullptr, y, n_rows, n_cols, mode, blockIdx.x,
+                  NO_GLU_Q8, xf);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_q8a_own_q4_k(const u8* w, const float* xf, float* y, int n_rows, int n_cols, int mode) {
+    gemv_rows_q8a(GGML_Q4_K, w, nullptr, nullptr, nullptr, y, n_rows, n_cols, mode, blockIdx.x,
+                  NO_GLU_Q8, xf);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, Q8A_Q6K_MIN_BLOCKS)
+gemv_q8a_own_q6_k(const u8* w, const float* xf, float* y, int n_rows, int n_cols, int mode) {
+    gemv_rows_q8a(GGML_Q6_K, w, nullptr, nullptr, nullptr, y, n_rows, n_cols, mode, blockIdx.x,
+                  NO_GLU_Q8, xf);
 }
 
 // Three matrices of one type reading the same activations (q, k, v), as gemv3_* in gemv.cu.

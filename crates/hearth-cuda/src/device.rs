@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 90] = [
+pub(crate) const KERNEL_NAMES: [&str; 94] = [
     "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
@@ -72,6 +72,10 @@ pub(crate) const KERNEL_NAMES: [&str; 90] = [
     "gemv_q8a_q4_0",
     "gemv_q8a_q4_k",
     "gemv_q8a_q6_k",
+    "gemv_q8a_own_q8_0",
+    "gemv_q8a_own_q4_0",
+    "gemv_q8a_own_q4_k",
+    "gemv_q8a_own_q6_k",
     "gemv3_q8a_q8_0",
     "gemv3_q8a_q4_0",
     "gemv3_q8a_q4_k",

@@ -87,6 +87,18 @@ pub(crate) fn gemv_q8a_kernel_names(ty: GgmlType) -> Option<(&'static str, &'sta
     })
 }
 
+/// The int8-activation GEMV kernel for `ty` that quantizes its f32 activations itself, a
+/// block its own copy (kernels/gemv_q8a.cu `OwnQ8`).
+pub(crate) fn gemv_q8a_own_kernel_name(ty: GgmlType) -> Option<&'static str> {
+    Some(match ty {
+        GgmlType::Q8_0 => "gemv_q8a_own_q8_0",
+        GgmlType::Q4_0 => "gemv_q8a_own_q4_0",
+        GgmlType::Q4_K => "gemv_q8a_own_q4_k",
+        GgmlType::Q6_K => "gemv_q8a_own_q6_k",
+        _ => return None,
+    })
+}
+
 /// Threads per block of the activation quantizer: one warp per 32-value group.
 pub(crate) const QUANTIZE_THREADS: u32 = 256;
 

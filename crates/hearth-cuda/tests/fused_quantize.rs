@@ -1,9 +1,9 @@
-//! Decode steps quantize the inputs of the output and down projections inside the kernels
-//! that produce them (the attention kernel, and the gated GEMV through per-group counters), so
-//! the int8 GEMVs need no separate quantize launch. The projections must see the same bits as
-//! when they quantize a copy of the rows themselves, also when the step is recorded as a CUDA
-//! graph and replayed (the counters must be left at zero). Without a usable GPU each test
-//! prints "skipped: <reason>".
+//! Decode steps quantize the inputs of the output and down projections without a separate
+//! quantize launch: inside the kernels that produce them (the attention kernel, and the gated
+//! GEMV through per-group counters), or in each block of the down projection for itself. The
+//! projections must see the same bits as after a quantize launch on a copy of the rows, also
+//! when the step is recorded as a CUDA graph and replayed (the counters must be left at zero).
+//! Without a usable GPU each test prints "skipped: <reason>".
 
 mod common;
 
@@ -42,15 +42,17 @@ fn assert_same_bits(got: &[f32], want: &[f32], what: &str) {
 }
 
 /// down · act(gate · x) * (up · x), with the down projection reading the gated GEMV's output
-/// (`fused`: and its 8-bit copy) or a plain copy of it.
+/// (`fused`: and its 8-bit copy, if the gated GEMV made one) or a plain copy of it; `add`:
+/// added to rows `base` (a decode step's residual), as `matmul_add` does.
 #[allow(clippy::too_many_arguments)]
 fn gated_then_down(
     gpu: &CudaBackend,
     key: Option<u64>,
     (gate, up, down): (&Weight, &Weight, &Weight),
-    x: &[f32],
+    (x, base): (&[f32], &[f32]),
     (tokens, cols, ffn, out_cols): (usize, usize, usize, usize),
     fused: bool,
+    add: bool,
 ) -> Vec<f32> {
     gpu.begin_forward(key);
     let xt = gpu.upload(x, tokens, cols).expect("upload");
@@ -62,34 +64,55 @@ fn gated_then_down(
     } else {
         gpu.copy(&h).expect("copy")
     };
-    let mut out = gpu.alloc(tokens, out_cols).expect("alloc");
-    gpu.matmul(down, &h, &mut out).expect("down");
+    let mut out = gpu.upload(base, tokens, out_cols).expect("upload");
+    if add {
+        gpu.matmul_add(down, &h, &mut out).expect("down");
+    } else {
+        gpu.matmul(down, &h, &mut out).expect("down");
+    }
     gpu.to_host(&out).expect("to host")
 }
 
+/// The down projection's input quantized three ways gives the same bits: by a quantize_q8_1
+/// launch on a plain copy (the reference), by the gated GEMV (counters), and by each block of
+/// the down projection for itself (`with_own_q8_bytes`, kernels/gemv_q8a.cu `OwnQ8`).
 #[test]
 fn gated_output_quantized_in_the_gemv_gives_the_unfused_bits() {
     let Some(gpu) = gpu() else {
         return;
     };
+    let counters = gpu.with_own_q8_bytes(0);
+    let own = CudaBackend::open(0)
+        .expect("a second backend")
+        .with_own_q8_bytes(usize::MAX);
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let (cols, out_cols) = (512, 256);
-    // 40 groups spread over many blocks (a multiple of 256: the K-quant down projections').
-    let ffn = 1280;
-    for ty in TYPES {
-        let gate = weight(&gpu, ty, ffn, cols, &mut rng);
-        let up = weight(&gpu, ty, ffn, cols, &mut rng);
-        let down = weight(&gpu, ty, out_cols, ffn, &mut rng);
-        let ws = (&gate, &up, &down);
-        for tokens in [1, 3] {
-            let shape = (tokens, cols, ffn, out_cols);
-            // Eager, then (same key) eager, recorded, replayed twice: new values each time.
-            let key = Some(((ffn as u64) << 32) | ((ty.id() as u64) << 8) | tokens as u64);
-            for (i, key) in [None, key, key, key, key].into_iter().enumerate() {
-                let x = random_rows(tokens, cols, &mut rng);
-                let want = gated_then_down(&gpu, None, ws, &x, shape, false);
-                let got = gated_then_down(&gpu, key, ws, &x, shape, true);
-                assert_same_bits(&got, &want, &format!("{ty} ffn {ffn} x{tokens} pass {i}"));
+    // 40 groups spread over many blocks (a multiple of 256: the K-quant down projections'),
+    // and 3,072 (the 0.6B's: every load of a block's own copy in one batch) and 4,096 (two).
+    for ffn in [1280, 3072, 4096] {
+        for ty in TYPES {
+            let host = [(ffn, cols), (ffn, cols), (out_cols, ffn)]
+                .map(|(r, c)| random_host_weight(ty, r, c, &mut rng));
+            let on = |b: &CudaBackend| host.clone().map(|w| b.load_weight(w).expect("load"));
+            let (wc, wo) = (on(&counters), on(&own));
+            for (tokens, add) in [(1, false), (1, true), (3, false), (3, true)] {
+                let shape = (tokens, cols, ffn, out_cols);
+                // Eager, then (same key) eager, recorded, replayed twice: new values each time.
+                let key = (ffn << 32) as u64 | (ty.id() as u64) << 8 | (tokens * 2) as u64;
+                let key = Some(key | add as u64);
+                for (i, key) in [None, key, key, key, key].into_iter().enumerate() {
+                    let x = random_rows(tokens, cols, &mut rng);
+                    let base = random_rows(tokens, out_cols, &mut rng);
+                    let rows = (&x[..], &base[..]);
+                    let ws = (&wc[0], &wc[1], &wc[2]);
+                    let want = gated_then_down(&counters, None, ws, rows, shape, false, add);
+                    let got = gated_then_down(&counters, key, ws, rows, shape, true, add);
+                    let what = format!("{ty} ffn {ffn} x{tokens} pass {i}");
+                    assert_same_bits(&got, &want, &format!("{what}, the gated GEMV's copy"));
+                    let ws = (&wo[0], &wo[1], &wo[2]);
+                    let got = gated_then_down(&own, key, ws, rows, shape, true, add);
+                    assert_same_bits(&got, &want, &format!("{what}, the blocks' own copies"));
+                }
             }
         }
     }

@@ -38,6 +38,21 @@ fn q8a_gemv(w: &CudaWeight) -> Option<(&'static str, &'static str)> {
     crate::ops::gemv_q8a_kernel_names(w.ty)
 }
 
+/// Columns up to which an int8 GEMV may quantize its activations itself, a block its own copy
+/// (`CudaBackend::own_q8_fits`): the copy's shared memory (a byte a value and 8 a 32-value
+/// group, 20 KiB here) next to the weight windows' 24 KiB stays within a block's default 48 KiB.
+const OWN_Q8_MAX_COLS: usize = 16 << 10;
+
+/// The most bytes of f32 activations the blocks of an int8 GEMV that quantize their own copy
+/// read in all (blocks × tokens × columns × 4) by default: each block reads the whole row
+/// again through L2 (`HEARTH_CUDA_OWN_Q8_BYTES` for measurements; 0: never).
+///
+/// NOTE (H200, `scripts/device/binary_ab.sh`, tg128 `--greedy`, tok/s, own copies off → on):
+/// the down projections of Qwen3-0.6B Q8_0 (1.5 MB read) 1,318 / 1,314 → 1,340 / 1,344,
+/// Qwen3-1.7B Q8_0 (6.3 MB) 840 / 839 → 858 / 859, Llama-3.2-1B Q8_0 (8.4 MB) 1,336 / 1,339
+/// → 1,367 / 1,365; Llama-3.1-8B Q4_K_M (29 MB) 442.6 / 441.9 → 431.9 / 432.0.
+pub(super) const OWN_Q8_BYTES: usize = 16 << 20;
+
 /// The fused GEMV kernel for a weight of type `ty` with `cols` columns, if there is one.
 fn fused_gemv(ty: GgmlType, cols: usize) -> Option<&'static str> {
     let ok = gemv_supported(ty) && (ty != GgmlType::F16 || cols.is_multiple_of(8));
@@ -219,6 +234,23 @@ impl CudaBackend {
         )
     }
 
+    /// Whether an int8 GEMV of `rows` × `cols` weights times `tokens` rows whose 8-bit copy
+    /// no kernel has made quantizes them itself, each block its own copy (kernels/gemv_q8a.cu
+    /// `OwnQ8`), rather than after a quantize_q8_1 launch: where the rows fill whole blocks
+    /// (every warp takes part in the copy), the copy fits OWN_Q8_MAX_COLS, and the blocks'
+    /// reads of the f32 rows stay within `own_q8_bytes`.
+    pub(super) fn own_q8_fits(&self, rows: usize, cols: usize, tokens: usize) -> bool {
+        let per_block = (GEMV_WARPS * GEMV_ROWS_PER_WARP) as usize;
+        let reads = (rows / per_block)
+            .saturating_mul(tokens)
+            .saturating_mul(cols * 4);
+        rows.is_multiple_of(per_block)
+            && cols.is_multiple_of(32)
+            && cols <= OWN_Q8_MAX_COLS
+            && tokens <= GEMV_MAX_TOKENS
+            && reads <= self.own_q8_bytes
+    }
+
     /// Transient room for `n` values quantized to 8 bits: the values and a (d, d·Σq) pair of
     /// f32 per 32-value group.
     pub(super) fn alloc_q8(&self, st: &mut State, n: usize) -> Result<(u64, u64), CudaError> {
@@ -317,8 +349,24 @@ impl CudaBackend {
             GEMV_STORE
         };
         if let Some((name, _)) = q8a_gemv(w) {
-            let (xq, xds) = self.quantize_activations(st, x)?;
             let blocks = (w.rows as u32).div_ceil(GEMV_WARPS * GEMV_ROWS_PER_WARP);
+            let kept = st.quantized.get().is_some_and(|k| k.of == x.ptr);
+            let own = crate::ops::gemv_q8a_own_kernel_name(w.ty);
+            if let Some(own) = own.filter(|_| !kept && self.own_q8_fits(w.rows, w.cols, n)) {
+                // A byte a value and a (d, d·Σq) pair a group, as quantize_q8_1 writes them.
+                let shared = (w.cols + w.cols / 32 * 8) as u32;
+                let args = [
+                    Arg::P(w.ptr),
+                    Arg::P(x.ptr),
+                    Arg::P(out.ptr),
+                    Arg::I(w.rows as i32),
+                    Arg::I(w.cols as i32),
+                    Arg::I(mode),
+                ];
+                let grid = (blocks, n as u32);
+                return self.launch_with_shared(st, own, grid, GEMV_WARPS * 32, shared, &args);
+            }
+            let (xq, xds) = self.quantize_activations(st, x)?;
             let args = [
                 Arg::P(w.ptr),
                 Arg::P(0),
@@ -508,8 +556,15 @@ impl CudaBackend {
         let blocks = (gate.rows as u32).div_ceil(GEMV_WARPS);
         if let Some((q8a_name, _)) = q8a_gemv(gate) {
             let (xq, xds) = self.quantize_activations(st, x)?;
-            // The output's 8-bit copy for the down projection, written by the same launch.
-            let out_q8 = self.glu_output_q8(st, gate.rows, x.rows)?;
+            // The output's 8-bit copy for the down projection, written by the same launch,
+            // unless the down projection (gate.cols rows of gate.rows columns) will quantize
+            // its blocks' own copies: the copy's last step (quantize_when_complete, after a
+            // fence and an atomic) ends this kernel later than that costs the down kernel.
+            let out_q8 = if self.own_q8_fits(gate.cols, gate.rows, x.rows) {
+                None
+            } else {
+                self.glu_output_q8(st, gate.rows, x.rows)?
+            };
             let (yq, yds, counts) = out_q8.unwrap_or((0, 0, 0));
             let args = [
                 Arg::P(gate.ptr),

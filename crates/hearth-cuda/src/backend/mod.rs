@@ -159,6 +159,10 @@ pub struct CudaBackend {
     /// Fewest keys a block of split prompt attention walks (`attention.rs` `flash_splits`;
     /// `HEARTH_CUDA_FLASH_SPLIT_KEYS` for measurements).
     flash_split_keys: usize,
+    /// Up to how many bytes of f32 rows the blocks of an int8 GEMV may read to quantize their
+    /// own copies of its activations (`launch.rs` `own_q8_fits`; `HEARTH_CUDA_OWN_Q8_BYTES`
+    /// for measurements, 0 never).
+    own_q8_bytes: usize,
 }
 
 impl CudaBackend {
@@ -195,6 +199,8 @@ impl CudaBackend {
             gqa_attention: measurement_setting("HEARTH_CUDA_ATTN_GQA", 0..=1) != Some(0),
             flash_split_keys: measurement_setting("HEARTH_CUDA_FLASH_SPLIT_KEYS", 1..=1 << 30)
                 .unwrap_or(attention::FLASH_SPLIT_KEYS),
+            own_q8_bytes: measurement_setting("HEARTH_CUDA_OWN_Q8_BYTES", 0..=1 << 40)
+                .unwrap_or(launch::OWN_Q8_BYTES),
         })
     }
 
@@ -202,6 +208,15 @@ impl CudaBackend {
     /// `HEARTH_CUDA_DECODE_LAYERS` says; on only where the GPU can launch it.
     pub fn with_one_kernel_decode(mut self, on: bool) -> Self {
         self.one_kernel_decode = on && decode_layers::launches_cooperatively(&self.dev);
+        self
+    }
+
+    /// Sets up to how many bytes of f32 rows the blocks of an int8 GEMV may read to quantize
+    /// their own copies of its activations, whatever `HEARTH_CUDA_OWN_Q8_BYTES` says: 0 never
+    /// (a quantize_q8_1 launch, or the gated GEMV's copy, instead), `usize::MAX` wherever
+    /// the shapes allow (`launch.rs` `own_q8_fits`).
+    pub fn with_own_q8_bytes(mut self, bytes: usize) -> Self {
+        self.own_q8_bytes = bytes;
         self
     }
 
