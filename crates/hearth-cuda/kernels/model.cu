@@ -904,21 +904,39 @@ attention_hd256_wide(ATTN_PARAMS) {
     attend<8, ATTN_WIDE_WARPS>(ATTN_ARGS);
 }
 
-// Value i (< n_rot) of a head `head` after rotary embedding at position `pos`: its pair's
-// angle advanced by repeated multiplication, as the CPU backend computes it.
+// The rotation of value i (< n_rot) of a head at position `pos`: the pair (a, b) it belongs
+// to and its angle's cosine and sine, the angle advanced by repeated multiplication, as the
+// CPU backend computes it; `factor` is the pair's frequency divisor (1: none).
+struct RopeTurn {
+    int a, b;
+    float c, s;
+};
+__device__ __forceinline__ int rope_pair(int i, int n_rot, int neox) {
+    return neox ? (i % (n_rot / 2)) : (i / 2);
+}
+__device__ __forceinline__ RopeTurn rope_turn(int i, u32 pos, int n_rot, float theta_scale,
+                                              float freq_scale, float factor, int neox) {
+    const int pair = rope_pair(i, n_rot, neox);
+    const int a = neox ? pair : 2 * pair, b = neox ? pair + n_rot / 2 : 2 * pair + 1;
+    float theta = (float)pos;
+    for (int m = 0; m < pair; ++m) theta *= theta_scale;
+    const float ang = freq_scale * (theta / factor);
+    return {a, b, cosf(ang), sinf(ang)};
+}
+
+// Value i of a head `head` turned by `r` (rope_turn of i).
+__device__ __forceinline__ float turned_value(const float* head, int i, const RopeTurn& r) {
+    const float x0 = head[r.a], x1 = head[r.b];
+    return i == r.a ? x0 * r.c - x1 * r.s : x0 * r.s + x1 * r.c;
+}
+
+// Value i (< n_rot) of a head `head` after rotary embedding at position `pos`.
 __device__ __forceinline__ float rotated_value(const float* head, int i, u32 pos, int n_rot,
                                                float theta_scale, float freq_scale,
                                                const float* factors, int neox) {
-    const int half = n_rot / 2;
-    const int pair = neox ? (i % half) : (i / 2);
-    const int a = neox ? pair : 2 * pair, b = neox ? pair + half : 2 * pair + 1;
-    float theta = (float)pos;
-    for (int m = 0; m < pair; ++m) theta *= theta_scale;
-    const float f = factors ? factors[pair] : 1.0f;
-    const float ang = freq_scale * (theta / f);
-    const float c = cosf(ang), s = sinf(ang);
-    const float x0 = head[a], x1 = head[b];
-    return i == a ? x0 * c - x1 * s : x0 * s + x1 * c;
+    const float factor = factors ? factors[rope_pair(i, n_rot, neox)] : 1.0f;
+    return turned_value(head, i,
+                        rope_turn(i, pos, n_rot, theta_scale, freq_scale, factor, neox));
 }
 
 // Per-head RMSNorm (QK-norm, when `qn` / `kn` are given) and rotary embedding of q and k in
@@ -949,19 +967,23 @@ extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, con
                       : k + ((size_t)t * n_k_heads + (hi - n_q_heads)) * head_dim;
     const float* norm = is_q ? qn : kn;
     const int i = threadIdx.x;
+    const bool turns = i < n_rot;
+    // Every load at once, the head's values with the norm's weight and the rotation's inputs:
+    // read after the norm's sum, each was one more wait on memory.
     const float v = i < head_dim ? row[i] : 0.f;
+    const float weight = norm && i < head_dim ? norm[i] : 1.f;
+    const u32 pos = turns ? positions[t] : 0;
+    if (turns && theta_scales) theta_scale = theta_scales[t];
+    const float factor = turns && factors ? factors[rope_pair(i, n_rot, neox)] : 1.f;
     float scale = 1.f;
     if (norm) {
         const double ss = block_sum_f64((double)v * (double)v);
         scale = 1.0f / sqrtf((float)(ss / (double)head_dim) + eps);
     }
-    if (i < head_dim) head[i] = norm ? v * scale * norm[i] : v;
+    if (i < head_dim) head[i] = norm ? v * scale * weight : v;
+    RopeTurn turn = {i, i, 1.f, 0.f};
+    if (turns) turn = rope_turn(i, pos, n_rot, theta_scale, freq_scale, factor, neox);
     __syncthreads();
     if (i >= head_dim) return;
-    if (i >= n_rot) {
-        row[i] = head[i];
-        return;
-    }
-    if (theta_scales) theta_scale = theta_scales[t];
-    row[i] = rotated_value(head, i, positions[t], n_rot, theta_scale, freq_scale, factors, neox);
+    row[i] = turns ? turned_value(head, i, turn) : head[i];
 }
