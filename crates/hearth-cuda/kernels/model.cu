@@ -953,6 +953,11 @@ __device__ __forceinline__ float rotated_value(const float* head, int i, u32 pos
 // the q/k/v GEMV (the warp that stored a head's last rows, found through a counter a head),
 // it was slower again: 1,025-1,061 against 1,166-1,175 tok/s, Llama-3.2-1B 1,063-1,085 against
 // 1,115-1,122 (BENCHMARKS.md, 2026-11-28, later).
+// NOTE (H200, BENCHMARKS.md, 2026-11-29, last): the loads below all at once after the wait
+// took Qwen3-0.6B Q8_0 tg128 `--greedy` from 1,339-1,343 to 1,353-1,358 tok/s. The same loads
+// and the angles before the wait (with rms_norm_quantize asking L2 for its weight before its
+// own) were 0.6-1% slower than after it: this kernel launches only as the q/k/v GEMV's blocks
+// leave, so work before its wait is on the step's chain too.
 extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, const float* kn,
                                         const u32* positions, int n_q_heads, int n_k_heads,
                                         int head_dim, float eps, int n_rot, float theta_scale,
