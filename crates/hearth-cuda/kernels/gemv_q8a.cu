@@ -216,9 +216,9 @@ extern "C" __global__ void quantize_q8_1(const float* __restrict__ x, i8* __rest
 // A block quantizes the n values of x (a multiple of 32) into xq / xds itself, laid out as
 // quantize_q8_1 writes them and with its bits (a group's max and sum of q do not depend on
 // which lanes hold its values): 8 lanes a group, 4 values a lane, so a warp takes 128 values
-// a round, and every load of a warp's rounds goes out before the first group is quantized.
-// For a GEMV whose input no kernel has quantized (gemv_rows_q8a's `xf`). All threads of the
-// block call it; the caller syncs the block before reading xq / xds.
+// a round, and the loads of 6 rounds (3,072 values for a block of 4 warps) go out before their
+// first group is quantized. For a GEMV whose input no kernel has quantized (gemv_rows_q8a's
+// `xf`). All threads of the block call it; the caller syncs the block before reading xq / xds.
 __device__ __forceinline__ void block_quantize_q8_1(const float* __restrict__ x, i8* xq,
                                                     float2* xds, int n) {
     constexpr int ROUNDS = 6;
