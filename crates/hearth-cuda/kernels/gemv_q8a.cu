@@ -76,7 +76,10 @@
 // Staging two windows ahead in every row, the third and later ones as buffers free up, gave
 // the 0.6B 939-984 -> 989-1,019 in another call and cost Llama-3.1-8B Q4_K_M 2% (its Q6_K
 // rows are 4 and 17 windows): 360-367 -> 354. Windows of 1,664 bytes (the 0.6B's down rows
-// in two) were no faster: 892-1,010.
+// in two) were no faster: 892-1,010. Two windows ahead in the down projection's own-copy
+// kernels only (OwnQ8; H200, `binary_ab.sh`, two rounds): Qwen3-0.6B Q8_0 tg128 1,297.8 /
+// 1,297.2 -> 1,320.1 / 1,312.8 tok/s but `--greedy` 1,352.2 / 1,351.6 -> 1,343.1 / 1,349.8,
+// Q4_K_M 1,374.8 / 1,352.4 -> 1,369.1 / 1,373.1 and 1,396.0 / 1,401.1 -> 1,394.8 / 1,396.1.
 #ifndef Q8A_STAGE_TWO
 #define Q8A_STAGE_TWO 1
 #endif
