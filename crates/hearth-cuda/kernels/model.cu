@@ -28,6 +28,32 @@ __device__ __forceinline__ double block_sum_f64(double v) {
     return partial[0];
 }
 
+// block_sum_f64 with one barrier instead of two, the same bits: every warp reduces the warps'
+// partial sums itself, lane 0's order of additions (rounds whose partner lanes hold no partial
+// add zeros, so they are skipped), and takes lane 0's sum. Call it once in a kernel: a second
+// call's partials could overwrite the first's before every warp has read them.
+#ifndef BLOCK_SUM_ONE_BARRIER
+#define BLOCK_SUM_ONE_BARRIER 1
+#endif
+__device__ __forceinline__ double block_sum_f64_once(double v) {
+#if !BLOCK_SUM_ONE_BARRIER
+    return block_sum_f64(v);
+#else
+    __shared__ double partial[WARP_SIZE];
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    const int n_warps = (int)(blockDim.x / WARP_SIZE);
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? partial[lane] : 0.0;
+    int first = 1;  // the largest power of two below n_warps (no round for one warp)
+    while (2 * first < n_warps) first *= 2;
+    for (int o = n_warps > 1 ? first : 0; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return __shfl_sync(FULL_MASK, v, 0);
+#endif
+}
+
 // ss + v.x² + v.y² + v.z² + v.w², in that order, in double precision.
 __device__ __forceinline__ double add_squares(double ss, float4 v) {
     ss += (double)v.x * (double)v.x;
@@ -43,7 +69,7 @@ extern "C" __global__ void rms_norm_groups(const float* x, const float* __restri
     float* out = y + (size_t)blockIdx.x * group;
     double ss = 0.0;
     for (int i = threadIdx.x; i < group; i += blockDim.x) ss += (double)g[i] * (double)g[i];
-    const float mean = (float)(block_sum_f64(ss) / (double)group);
+    const float mean = (float)(block_sum_f64_once(ss) / (double)group);
     const float scale = 1.0f / sqrtf(mean + eps);
     for (int i = threadIdx.x; i < group; i += blockDim.x) out[i] = g[i] * scale * w[i];
 }
@@ -101,7 +127,7 @@ extern "C" __global__ void rms_norm_quantize(const float* __restrict__ x,
         const float4 v = *reinterpret_cast<const float4*>(x + row + i);
         ss = add_squares(ss, v);
     }
-    const float mean = (float)(block_sum_f64(ss) / (double)cols);
+    const float mean = (float)(block_sum_f64_once(ss) / (double)cols);
     const float scale = 1.0f / sqrtf(mean + eps);
     // Every lane calls the quantizer (it shuffles); lanes past the row store nothing, and a
     // 32-value group is either wholly inside the row or wholly past it.
@@ -483,13 +509,14 @@ __device__ __forceinline__ void span_values(const AttnSpan& sp, const float* q,
 }
 
 // The block's sum of its warps' acc (warp order), in warp 0's lanes `o`: true there, false on
-// the other warps. sacc: WARPS * DPL * WARP_SIZE floats of shared memory that no thread still
-// reads. All threads of the block call it.
-template <int DPL, int WARPS>
+// the other warps. sacc: WARPS * DPL * WARP_SIZE floats of shared memory; with READ_BEFORE,
+// threads may still be reading what it held, and the block waits for them first. All threads
+// of the block call it.
+template <int DPL, int WARPS, bool READ_BEFORE = true>
 __device__ __forceinline__ bool block_sum_values(const float (&acc)[DPL], float* sacc,
                                                  float (&o)[DPL]) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    __syncthreads();
+    if (READ_BEFORE) __syncthreads();
 #pragma unroll
     for (int d = 0; d < DPL; ++d) sacc[(warp * WARP_SIZE + lane) * DPL + d] = acc[d];
     __syncthreads();
@@ -520,6 +547,13 @@ __device__ __forceinline__ bool block_sum_values(const float (&acc)[DPL], float*
 #endif
 #define ATTN_SHORT_POSITIONS(DPL, WARPS) \
     (!ATTN_SHORT || (WARPS) <= 4 ? 0 : (DPL) >= 8 ? 2 : 4)
+
+// Whether attend_span takes a span of n positions in attend_short's one pass.
+template <int DPL, int WARPS>
+__device__ __forceinline__ bool spans_short(u32 n) {
+    constexpr int P = ATTN_SHORT_POSITIONS(DPL, WARPS);
+    return P > 0 && n <= (u32)(WARPS * P);
+}
 
 // A lane's DPL f16 values of a cache row, two to a word.
 template <int DPL>
@@ -569,6 +603,44 @@ __device__ __forceinline__ LaneHalves<DPL> load_lane_halves(const u16* __restric
     return h;
 }
 
+// Whether attend_short skips block_sum_values' first barrier (1), which guards memory it
+// does not use, or keeps it (0).
+#ifndef ATTN_SHORT_ONE_LESS_BARRIER
+#define ATTN_SHORT_ONE_LESS_BARRIER 1
+#endif
+
+// A lane's DPL values `h` (n_mine of them) stored to a cache row at `at`.
+template <int DPL>
+__device__ __forceinline__ void store_lane_halves(u16* cache, size_t at, const LaneHalves<DPL>& h,
+                                                  int n_mine) {
+    if (n_mine == DPL && DPL >= 2) {
+        // As in load_lane_halves: one aligned store, indices valid for every DPL.
+        constexpr int W = (DPL + 1) / 2;
+        if (DPL == 2) *reinterpret_cast<u32*>(cache + at) = h.w[0];
+        if (DPL == 4) *reinterpret_cast<uint2*>(cache + at) = make_uint2(h.w[0], h.w[W - 1]);
+        if (DPL == 8) {
+            *reinterpret_cast<uint4*>(cache + at) =
+                make_uint4(h.w[0], h.w[1 % W], h.w[2 % W], h.w[3 % W]);
+        }
+        return;
+    }
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) {
+        if (d < n_mine) cache[at + d] = (u16)(h.w[d / 2] >> (16 * (d % 2)));
+    }
+}
+
+// Where attend_short stores the token's own key and value (the cache rows of a decode step,
+// null: not this block's to write, or no new row). See write_token_kv.
+// `at`: the row's slot in the caches (the caller works it out before its wait, so that the
+// stores wait for the row's values only).
+struct OwnRowWrite {
+    u16* k;
+    u16* v;
+    size_t at;
+};
+#define NO_OWN_ROW_WRITE (OwnRowWrite{nullptr, nullptr, 0})
+
 // attend_span for a span of at most WARPS * P positions, in one pass over the cache: warp w
 // takes positions w, w + WARPS, ... (P at most), its lanes holding DPL consecutive dimensions
 // of each position's key and value, every load in flight at once; the scores are warp sums,
@@ -580,7 +652,7 @@ __device__ __forceinline__ LaneHalves<DPL> load_lane_halves(const u16* __restric
 template <int DPL, int WARPS, int P>
 __device__ __forceinline__ bool attend_short(const float* qh, const AttnSpan& sp, float& mx,
                                              float& total, float (&o)[DPL], float* sacc,
-                                             float* s_max, float* s_sum) {
+                                             float* s_max, float* s_sum, OwnRowWrite own_write) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const u32 n = sp.j1 - sp.j0;
     float qv[DPL];
@@ -594,6 +666,15 @@ __device__ __forceinline__ bool attend_short(const float* qh, const AttnSpan& sp
         const size_t at = sp.own(j) ? 0 : sp.row(j) + sp.d0;
         kh[u] = load_lane_halves<DPL>(sp.kc, at, sp.own(j) ? sp.knewh : nullptr, sp.d0, sp.n_mine);
         vh[u] = load_lane_halves<DPL>(sp.vc, at, sp.own(j) ? sp.vnewh : nullptr, sp.d0, sp.n_mine);
+    }
+    if (own_write.k != nullptr) {
+#pragma unroll
+        for (int u = 0; u < P; ++u) {
+            const u32 i = warp + u * WARPS, j = sp.j0 + i;
+            if (i >= n || !sp.own(j)) continue;
+            store_lane_halves<DPL>(own_write.k, own_write.at + sp.d0, kh[u], sp.n_mine);
+            store_lane_halves<DPL>(own_write.v, own_write.at + sp.d0, vh[u], sp.n_mine);
+        }
     }
     float s[P];
 #pragma unroll
@@ -639,7 +720,9 @@ __device__ __forceinline__ bool attend_short(const float* qh, const AttnSpan& sp
 #pragma unroll
         for (int d = 0; d < DPL; ++d) acc[d] = fmaf(w, vh[u].at(d), acc[d]);
     }
-    return block_sum_values<DPL, WARPS>(acc, sacc, o);
+    // Nothing of this pass reads sacc, and every reader of an earlier call's sums has passed
+    // the two barriers above.
+    return block_sum_values<DPL, WARPS, !ATTN_SHORT_ONE_LESS_BARRIER>(acc, sacc, o);
 }
 
 // One query head of one token attending to positions j0 .. j1 - 1 of its sequence (`sp`), by
@@ -656,10 +739,13 @@ __device__ __forceinline__ bool attend_short(const float* qh, const AttnSpan& sp
 // fit: values_fit_in_l2). Past KEPT positions, pass 1 keeps a running sum and pass 2 computes
 // the scores again (a warp for each). Warp 0 returns true with M, L and the weighted sum of
 // values `o` (its lane's DPL dimensions, already divided by L); the other warps return false.
-// All threads of the block call it. head_dim must be a multiple of 8.
+// All threads of the block call it. head_dim must be a multiple of 8. With `own_write`, a span
+// short enough for attend_short (spans_short) also has the token's own key and value stored
+// there by the warp that loads them; other spans ignore it.
 template <int DPL, int WARPS = 4, int KEPT = ATTN_KEPT>
 __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp, float& mx,
-                                            float& total, float (&o)[DPL]) {
+                                            float& total, float (&o)[DPL],
+                                            OwnRowWrite own_write = NO_OWN_ROW_WRITE) {
     static_assert(WARPS <= WARP_SIZE, "a warp's lanes reduce the warps' partial results");
     // NOTE: WARPS is a template constant. A version that read it from blockDim, its shared
     // arrays sized for 16 warps, ran 4-warp blocks 9% slower on an H100 (Qwen3-0.6B tg128
@@ -672,8 +758,9 @@ __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp,
     __shared__ float s_max[WARPS], s_sum[WARPS];
     constexpr int P = ATTN_SHORT_POSITIONS(DPL, WARPS);
     if constexpr (P > 0) {
-        if (sp.j1 - sp.j0 <= (u32)(WARPS * P)) {
-            return attend_short<DPL, WARPS, P>(qh, sp, mx, total, o, pool, s_max, s_sum);
+        if (spans_short<DPL, WARPS>(sp.j1 - sp.j0)) {
+            return attend_short<DPL, WARPS, P>(qh, sp, mx, total, o, pool, s_max, s_sum,
+                                               own_write);
         }
     }
     float* kept = pool;
@@ -810,10 +897,12 @@ __device__ __forceinline__ void store_head_output(const AttnArgs& a, const Token
 // Causal attention of head th over positions j0 .. j1 - 1 (attend_span), into its output.
 template <int DPL, int WARPS>
 __device__ __forceinline__ void attend_head(const AttnArgs& a, const TokenHead& th, u32 j0,
-                                            u32 j1) {
+                                            u32 j1, OwnRowWrite own_write = NO_OWN_ROW_WRITE) {
     const AttnSpan sp = head_span<DPL>(a, th, j0, j1);
     float mx, total, o[DPL];
-    if (attend_span<DPL, WARPS>(a.q + th.at, sp, mx, total, o)) store_head_output<DPL>(a, th, sp, o);
+    if (attend_span<DPL, WARPS>(a.q + th.at, sp, mx, total, o, own_write)) {
+        store_head_output<DPL>(a, th, sp, o);
+    }
 }
 
 // Asks L2 for the keys and values of head th's positions j0 .. j1 - 1, a 128-byte line per
@@ -851,6 +940,12 @@ __device__ __forceinline__ void prefetch_span_kv(const AttnArgs& a, const TokenH
 #endif
 }
 
+// Whether attention over spans short enough for attend_short stores the token's own key and
+// value as its warp loads them (1) or with write_token_kv after the block's sums (0).
+#ifndef ATTN_SHORT_OWN_WRITE
+#define ATTN_SHORT_OWN_WRITE 1
+#endif
+
 // Attention of the (head blockIdx.x, token blockIdx.y) pair of a batch over its sequence.
 template <int DPL, int WARPS>
 __device__ void attend(const AttnArgs& a) {
@@ -861,8 +956,20 @@ __device__ void attend(const AttnArgs& a) {
     if (values_fit_in_l2(th.pos - first, a.n_kv_heads * a.head_dim)) {
         prefetch_span_kv<WARPS * WARP_SIZE>(a, th, first, th.pos);
     }
+    // A span of attend_short's stores the new row as soon as its warp has loaded it, where
+    // write_token_kv would load it once more after the block's sums.
+    const bool short_span = ATTN_SHORT_OWN_WRITE && spans_short<DPL, WARPS>(th.pos + 1 - first);
+    OwnRowWrite own = NO_OWN_ROW_WRITE;
+    if (short_span && a.knew != nullptr && h % (a.n_heads / a.n_kv_heads) == 0) {
+        const size_t slot = kv_slot(a.tables, th.table, th.pos, a.block_size);
+        own = {a.kc, a.vc, slot * a.n_kv_heads * a.head_dim + (size_t)th.kv_head * a.head_dim};
+    }
     await_previous_kernels();
     if (WARPS > 4) let_dependents_launch();  // the few-token steps
+    if (short_span) {
+        attend_head<DPL, WARPS>(a, th, first, th.pos + 1, own);
+        return;
+    }
     attend_head<DPL, WARPS>(a, th, first, th.pos + 1);
     // Last, by a warp that attend_head has let go while warp 0 writes the output: the loads of
     // the new row would otherwise come before the cache's, one more wait on L2 in a row.
@@ -982,7 +1089,7 @@ extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, con
     const float factor = turns && factors ? factors[rope_pair(i, n_rot, neox)] : 1.f;
     float scale = 1.f;
     if (norm) {
-        const double ss = block_sum_f64((double)v * (double)v);
+        const double ss = block_sum_f64_once((double)v * (double)v);
         scale = 1.0f / sqrtf((float)(ss / (double)head_dim) + eps);
     }
     if (i < head_dim) head[i] = norm ? v * scale * weight : v;
@@ -991,4 +1098,50 @@ extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, con
     __syncthreads();
     if (i >= head_dim) return;
     row[i] = turns ? turned_value(head, i, turn) : head[i];
+}
+
+// qk_norm_rope with a thread for each pair of values that rotate together, both in its
+// registers: (i, i + head_dim / 2) where rotary pairs are neox's and span the whole head,
+// (2i, 2i + 1) for the normal layout (backend/mod.rs picks; the values past n_rot are normed
+// only). Grid as qk_norm_rope's; head_dim / 2 threads (a multiple of 32 at least). The same
+// arithmetic but for the order of the norm's f64 sum, without the pass through shared memory
+// and the block barrier that bring each value its partner.
+extern "C" __global__ void qk_norm_rope_pairs(float* q, float* k, const float* qn,
+                                              const float* kn, const u32* positions,
+                                              int n_q_heads, int n_k_heads, int head_dim,
+                                              float eps, int n_rot, float theta_scale,
+                                              const float* theta_scales, float freq_scale,
+                                              const float* factors, int neox) {
+    await_previous_kernels();
+    let_dependents_launch();
+    const int t = blockIdx.y, hi = blockIdx.x;
+    const bool is_q = hi < n_q_heads;
+    float* row = is_q ? q + ((size_t)t * n_q_heads + hi) * head_dim
+                      : k + ((size_t)t * n_k_heads + (hi - n_q_heads)) * head_dim;
+    const float* norm = is_q ? qn : kn;
+    const int p = threadIdx.x, half = head_dim / 2;
+    const bool live = p < half;
+    const int a = neox ? p : 2 * p, b = neox ? p + half : 2 * p + 1;
+    const bool turns = live && b < n_rot;
+    // Every load at once, as qk_norm_rope.
+    const float va = live ? row[a] : 0.f, vb = live ? row[b] : 0.f;
+    const float wa = norm && live ? norm[a] : 1.f, wb = norm && live ? norm[b] : 1.f;
+    const u32 pos = turns ? positions[t] : 0;
+    if (turns && theta_scales) theta_scale = theta_scales[t];
+    const float factor = turns && factors ? factors[p] : 1.f;  // pair p's
+    float scale = 1.f;
+    if (norm) {
+        const double ss = block_sum_f64_once((double)va * (double)va + (double)vb * (double)vb);
+        scale = 1.0f / sqrtf((float)(ss / (double)head_dim) + eps);
+    }
+    if (!live) return;
+    const float xa = norm ? va * scale * wa : va, xb = norm ? vb * scale * wb : vb;
+    if (!turns) {
+        row[a] = xa;
+        row[b] = xb;
+        return;
+    }
+    const RopeTurn r = rope_turn(a, pos, n_rot, theta_scale, freq_scale, factor, neox);
+    row[a] = xa * r.c - xb * r.s;
+    row[b] = xa * r.s + xb * r.c;
 }

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 94] = [
+pub(crate) const KERNEL_NAMES: [&str; 95] = [
     "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
@@ -67,6 +67,7 @@ pub(crate) const KERNEL_NAMES: [&str; 94] = [
     "gemv3_q4_k",
     "gemv3_q6_k",
     "qk_norm_rope",
+    "qk_norm_rope_pairs",
     "quantize_q8_1",
     "gemv_q8a_q8_0",
     "gemv_q8a_q4_0",

@@ -206,10 +206,13 @@ fn prompt_and_decode_attention_match_the_cpu() {
     // Step 1: prompts (one of 130 tokens: three flash tiles, the last partial).
     // Step 2: continuations after the cached positions, next to a decode token.
     // Step 3: a decode step of all three (the per-query kernel, in its wide blocks: 3 tokens).
-    let steps: [&[(usize, usize)]; 3] = [
+    // Step 4: the next, reading the rows step 3 wrote (the second sequence's span is short
+    // enough for the one-pass blocks, which write the new row as they load it).
+    let steps: [&[(usize, usize)]; 4] = [
         &[(0, 130), (0, 20), (0, 3)],
         &[(130, 77), (20, 1), (3, 150)],
         &[(207, 1), (21, 1), (153, 1)],
+        &[(208, 1), (22, 1), (154, 1)],
     ];
     check_on_both_families(gpu, &cpu, &cases, &steps, &mut rng);
 }

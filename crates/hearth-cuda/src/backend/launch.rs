@@ -349,6 +349,11 @@ impl CudaBackend {
             GEMV_STORE
         };
         if let Some((name, _)) = q8a_gemv(w) {
+            // NOTE (H200, BENCHMARKS.md, 2026-11-29, "past last"): the output matrix's 19k
+            // blocks run as one grid the GPU holds at once instead, each warp taking row pairs
+            // in turn and copying the next pair's weights in while it decoded the last, were no
+            // faster: Qwen3-0.6B tg128 `--greedy` 1,384 either way, Llama-3.2-1B Q8_0 1,366
+            // against 1,378 tok/s; asking L2 for the pair after next as well, 1,328.
             let blocks = (w.rows as u32).div_ceil(GEMV_WARPS * GEMV_ROWS_PER_WARP);
             let kept = st.quantized.get().is_some_and(|k| k.of == x.ptr);
             let own = crate::ops::gemv_q8a_own_kernel_name(w.ty);

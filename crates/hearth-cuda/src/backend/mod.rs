@@ -163,6 +163,9 @@ pub struct CudaBackend {
     /// own copies of its activations (`launch.rs` `own_q8_fits`; `HEARTH_CUDA_OWN_Q8_BYTES`
     /// for measurements, 0 never).
     own_q8_bytes: usize,
+    /// Whether q/k norm and rope run a thread a rotating pair where they can
+    /// (`qk_norm_rope_pairs`; `HEARTH_CUDA_QK_PAIRS=0` for measurements turns it off).
+    qk_pairs: bool,
 }
 
 impl CudaBackend {
@@ -201,6 +204,7 @@ impl CudaBackend {
                 .unwrap_or(attention::FLASH_SPLIT_KEYS),
             own_q8_bytes: measurement_setting("HEARTH_CUDA_OWN_Q8_BYTES", 0..=1 << 40)
                 .unwrap_or(launch::OWN_Q8_BYTES),
+            qk_pairs: measurement_setting("HEARTH_CUDA_QK_PAIRS", 0..=1) != Some(0),
         })
     }
 
@@ -217,6 +221,13 @@ impl CudaBackend {
     /// the shapes allow (`launch.rs` `own_q8_fits`).
     pub fn with_own_q8_bytes(mut self, bytes: usize) -> Self {
         self.own_q8_bytes = bytes;
+        self
+    }
+
+    /// Lets q/k norm and rope run a thread a rotating pair where the layout allows, or not,
+    /// whatever `HEARTH_CUDA_QK_PAIRS` says (`qk_norm_rope_pairs`, kernels/model.cu).
+    pub fn with_qk_pairs(mut self, on: bool) -> Self {
+        self.qk_pairs = on;
         self
     }
 
@@ -549,11 +560,21 @@ impl Backend for CudaBackend {
         let inputs = self.stage_rope_inputs(&mut st, rows, rope)?;
         let (qn, kn) = norms.map_or((0, 0), |(a, b)| (a.ptr, b.ptr));
         let (n_q, n_k) = (q.cols / head_dim, k.cols / head_dim);
+        let neox = rope.kind == RopeKind::Neox;
+        // A thread a rotating pair where each thread's pair lies at the same offsets
+        // (kernels/model.cu qk_norm_rope_pairs).
+        let pairs =
+            self.qk_pairs && head_dim.is_multiple_of(2) && (!neox || rope.n_rot == head_dim);
+        let (name, threads) = if pairs {
+            ("qk_norm_rope_pairs", head_dim / 2)
+        } else {
+            ("qk_norm_rope", head_dim)
+        };
         self.launch(
             &st,
-            "qk_norm_rope",
+            name,
             ((n_q + n_k) as u32, q.rows as u32),
-            head_dim.next_multiple_of(32) as u32,
+            threads.next_multiple_of(32) as u32,
             &[
                 Arg::P(q.ptr),
                 Arg::P(k.ptr),
@@ -569,7 +590,7 @@ impl Backend for CudaBackend {
                 Arg::P(inputs.theta_scales),
                 Arg::F(rope.freq_scale),
                 Arg::P(inputs.factors),
-                Arg::I((rope.kind == RopeKind::Neox) as i32),
+                Arg::I(neox as i32),
             ],
         )?;
         Ok(())
