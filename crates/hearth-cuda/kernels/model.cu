@@ -32,6 +32,8 @@ __device__ __forceinline__ double block_sum_f64(double v) {
 // partial sums itself, lane 0's order of additions (rounds whose partner lanes hold no partial
 // add zeros, so they are skipped), and takes lane 0's sum. Call it once in a kernel: a second
 // call's partials could overwrite the first's before every warp has read them.
+// NOTE (H200, BENCHMARKS.md, 2026-11-29, closing): Qwen3-0.6B tg128 +0.3-0.8% (Q8_0 1,331 ->
+// 1,340 tok/s, Q4_K_M 1,369 -> 1,385).
 #ifndef BLOCK_SUM_ONE_BARRIER
 #define BLOCK_SUM_ONE_BARRIER 1
 #endif
@@ -942,6 +944,9 @@ __device__ __forceinline__ void prefetch_span_kv(const AttnArgs& a, const TokenH
 
 // Whether attention over spans short enough for attend_short stores the token's own key and
 // value as its warp loads them (1) or with write_token_kv after the block's sums (0).
+// NOTE (H200, BENCHMARKS.md, 2026-11-29, closing; Qwen3-0.6B tg128 `--greedy`, tok/s): Q8_0
+// 1,360-1,362 -> 1,373-1,374, Q4_K_M 1,409-1,412 -> 1,421-1,424. With the slot's block-table
+// read after the wait (in front of the stores) it was 0.3-0.6% slower instead.
 #ifndef ATTN_SHORT_OWN_WRITE
 #define ATTN_SHORT_OWN_WRITE 1
 #endif
@@ -1106,6 +1111,8 @@ extern "C" __global__ void qk_norm_rope(float* q, float* k, const float* qn, con
 // only). Grid as qk_norm_rope's; head_dim / 2 threads (a multiple of 32 at least). The same
 // arithmetic but for the order of the norm's f64 sum, without the pass through shared memory
 // and the block barrier that bring each value its partner.
+// NOTE (H200, BENCHMARKS.md, 2026-11-29, closing): Qwen3-0.6B Q4_K_M tg128 1,382 -> 1,395
+// tok/s, `--greedy` 1,415 -> 1,424; Q8_0 within a round's spread (-0.3% / +0.2%).
 extern "C" __global__ void qk_norm_rope_pairs(float* q, float* k, const float* qn,
                                               const float* kn, const u32* positions,
                                               int n_q_heads, int n_k_heads, int head_dim,

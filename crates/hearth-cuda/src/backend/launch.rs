@@ -349,7 +349,7 @@ impl CudaBackend {
             GEMV_STORE
         };
         if let Some((name, _)) = q8a_gemv(w) {
-            // NOTE (H200, BENCHMARKS.md, 2026-11-29, "past last"): the output matrix's 19k
+            // NOTE (H200, BENCHMARKS.md, 2026-11-29, closing): the output matrix's 19k
             // blocks run as one grid the GPU holds at once instead, each warp taking row pairs
             // in turn and copying the next pair's weights in while it decoded the last, were no
             // faster: Qwen3-0.6B tg128 `--greedy` 1,384 either way, Llama-3.2-1B Q8_0 1,366
