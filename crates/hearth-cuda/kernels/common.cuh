@@ -101,6 +101,10 @@ __device__ __forceinline__ void await_previous_kernels() {
 // 333-334), and so did GEMVs of at most 600 or 800 blocks (one wave) triggering after their
 // wait (0.6B 911-983 against 959-977, 8B 321-338 against 335-341): the next kernel's early
 // blocks cost these more than its launch did.
+// NOTE (H200, BENCHMARKS.md, 2026-11-29, closing): the norms, q/k norm and rope and the wide
+// attention letting the next kernel launch before their own wait instead measured even:
+// Qwen3-0.6B tg128 `--greedy` Q8_0 1,383-1,385 against 1,377 tok/s, Q4_K_M 1,430-1,431 against
+// 1,429-1,430; tg128 +0.3%.
 #ifndef SMALL_TRIGGER
 #define SMALL_TRIGGER 1
 #endif
