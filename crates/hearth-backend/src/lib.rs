@@ -80,6 +80,21 @@ pub trait Backend: Send + Sync {
         let _ = key;
     }
 
+    /// [`Self::begin_forward`] for a pass that ends in [`Self::matmul_to_host`] into `out`,
+    /// `len` values: a device that writes host memory may aim that matmul straight at `out`
+    /// (its memory is then known before the pass's first op, when a replayed recording may
+    /// already be on its way), so that no copy follows the pass.
+    fn begin_forward_to_host(
+        &self,
+        key: Option<u64>,
+        out: &mut HostValues,
+        len: usize,
+    ) -> Result<(), BackendError> {
+        let _ = (out, len);
+        self.begin_forward(key);
+        Ok(())
+    }
+
     /// Whether a decode step whose longest sequence holds `context` positions runs other
     /// kernels than a step over shorter sequences (the CUDA backend splits long attention
     /// spans across blocks). Steps on either side get different replay keys.
@@ -120,6 +135,22 @@ pub trait Backend: Send + Sync {
     /// logits, read back every step).
     fn to_host_values(&self, t: &Self::Tensor, out: &mut HostValues) -> Result<(), BackendError> {
         self.to_host_into(t, out.vec_mut())
+    }
+    /// `w · x` for every row of `x` into `out` (`[x rows, n_out]`, `n_out` the rows of `w`,
+    /// replacing what it held): the last op of a pass begun with
+    /// [`Self::begin_forward_to_host`], whose result comes back to the host. The default
+    /// multiplies and copies the product back.
+    fn matmul_to_host(
+        &self,
+        w: &Self::Weight,
+        x: &Self::Tensor,
+        n_out: usize,
+        out: &mut HostValues,
+    ) -> Result<(), BackendError> {
+        let (rows, _) = self.shape(x);
+        let mut product = self.alloc(rows, n_out)?;
+        self.matmul(w, x, &mut product)?;
+        self.to_host_values(&product, out)
     }
     /// The index of the largest value of each row of `t`, into `out` (replacing what it
     /// held), by the rules of `hearth_sampler::argmax`: ties go to the lower index, NaN never

@@ -141,6 +141,8 @@ struct BlockQ6_K {
 
 // ROWS_PER_WARP rows per warp: the x values (and their sums) a lane loads serve every row.
 // How a GEMV writes its result: y = W·x, y += W·x, or (two matrices) y = act(G·x) * (U·x).
+// GEMV_STORE_BLOCK stores as GEMV_STORE, a block's rows by one instruction (see gemv_finish).
+#define GEMV_STORE_BLOCK (-1)
 #define GEMV_STORE 0
 #define GEMV_ACCUMULATE 1
 #define GEMV_GLU_SILU 2
@@ -219,6 +221,22 @@ __device__ __forceinline__ void gemv_finish(const float* acc, float* y, int row0
     float v[ROWS_PER_WARP];
 #pragma unroll
     for (int r = 0; r < ROWS_PER_WARP; ++r) v[r] = warp_sum(acc[r]);
+    if (mode == GEMV_STORE_BLOCK) {
+        // For y in page-locked host memory (the logits of a pass that reads them back): over
+        // the bus every store instruction is a transfer of its own, so the block's rows go
+        // as one 32-byte store rather than as eight of 4 bytes. Every warp of the block must
+        // get here (the host side launches it only for rows in whole blocks).
+        constexpr int BLOCK_ROWS = WARPS_PER_BLOCK * ROWS_PER_WARP;
+        __shared__ float block_rows[BLOCK_ROWS];
+        const int warp = threadIdx.x / WARP_SIZE, first = row0 - warp * ROWS_PER_WARP;
+#pragma unroll
+        for (int r = 0; r < ROWS_PER_WARP; ++r) {
+            if (lane == 0) block_rows[warp * ROWS_PER_WARP + r] = v[r];
+        }
+        __syncthreads();
+        if (threadIdx.x < BLOCK_ROWS) y[first + threadIdx.x] = block_rows[threadIdx.x];
+        return;
+    }
     if (lane != 0) return;
     if (mode >= GEMV_GLU_SILU) {
         y[row0] = glu_act(v[0], mode == GEMV_GLU_GELU) * v[1];

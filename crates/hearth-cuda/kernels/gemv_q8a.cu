@@ -440,7 +440,8 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const bool glu = mode >= GEMV_GLU_SILU;
     const int row0 = (block * WARPS_PER_BLOCK + warp) * (glu ? 1 : ROWS_PER_WARP);
-    // NOTE: a whole warp leaves together and no block-wide barrier follows, so this is safe.
+    // NOTE: a whole warp leaves together and no block-wide barrier follows, so this is safe
+    // (GEMV_STORE_BLOCK's barrier: launched only where rows fill whole blocks).
     if (row0 >= n_rows) return;
     const int n_blocks = n_cols / B::QK;
     const size_t row_bytes = (size_t)n_blocks * B::BYTES;
@@ -581,7 +582,8 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const bool glu = mode >= GEMV_GLU_SILU;
     const int row0 = (block * WARPS_PER_BLOCK + warp) * (glu ? 1 : ROWS_PER_WARP);
-    // NOTE: a whole warp leaves together and no block-wide barrier follows, so this is safe.
+    // NOTE: a whole warp leaves together and no block-wide barrier follows, so this is safe
+    // (GEMV_STORE_BLOCK's barrier: launched only where rows fill whole blocks).
     if (row0 >= n_rows) return;
     const int n_blocks = n_cols / 256;
     const size_t row_bytes = (size_t)n_blocks * 144;

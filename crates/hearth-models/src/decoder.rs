@@ -413,7 +413,16 @@ impl<B: Backend> DecoderModel<B> {
         if batch.tokens.is_empty() {
             return Ok(());
         }
-        backend.begin_forward(key);
+        let mut head = head;
+        match &mut head {
+            // NOTE: announced so that the backend may write the logits straight into `out`
+            // (see `forward_on`); soft-capped ones are scaled on the device first.
+            Head::Logits(out) if self.config.final_softcap.is_none() => {
+                let len = batch.logits_rows.len() * self.config.n_vocab;
+                backend.begin_forward_to_host(key, out, len)?;
+            }
+            _ => backend.begin_forward(key),
+        }
         backend.run(|| self.forward_on(backend, batch, cache, block_size, head))
     }
 
@@ -534,13 +543,17 @@ impl<B: Backend> DecoderModel<B> {
             be.to_host_into(&x, out)?;
             return Ok(());
         }
+        let output = self.output.as_ref().unwrap_or(&self.tok_embd);
+        let head = match head {
+            Head::Logits(out) if c.final_softcap.is_none() => {
+                be.matmul_to_host(output, &x, c.n_vocab, out)?;
+                return Ok(());
+            }
+            other => other,
+        };
         let (rows, _) = be.shape(&x);
         let mut logits = be.alloc(rows, c.n_vocab)?;
-        be.matmul(
-            self.output.as_ref().unwrap_or(&self.tok_embd),
-            &x,
-            &mut logits,
-        )?;
+        be.matmul(output, &x, &mut logits)?;
         let Some(cap) = c.final_softcap else {
             match head {
                 Head::Argmax(ids) => be.argmax_rows(&logits, ids)?,

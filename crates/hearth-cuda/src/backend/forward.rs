@@ -1,17 +1,25 @@
 //! The start and end of a forward pass: choosing eager, record or replay mode (`state.rs`),
 //! and reading the result back, which ends a recording and launches the graph.
 
+use std::sync::Arc;
+
 use cudarc::driver::CudaStream;
 use hearth_backend::{BackendError, DeviceVisible, HostValues};
 
 use super::memory::Pinned;
-use super::state::{self, EarlyLaunch, Mode, State};
+use super::state::{self, EarlyLaunch, HostTarget, Mode, State};
 use super::{CudaBackend, CudaTensor};
 
 impl CudaBackend {
     /// Starts a pass with replay key `key`; `chained`: one that ends in a chained argmax
-    /// (`chained.rs`), which may begin while the passes before it still run.
-    pub(super) fn start_forward(&self, key: Option<u64>, chained: bool) {
+    /// (`chained.rs`), which may begin while the passes before it still run; `host_target`:
+    /// where its last matmul may write on the host (`host_output.rs`).
+    pub(super) fn start_forward(
+        &self,
+        key: Option<u64>,
+        chained: bool,
+        host_target: Option<HostTarget>,
+    ) {
         let Ok(mut guard) = self.state() else {
             return;
         };
@@ -38,6 +46,15 @@ impl CudaBackend {
         st.staging.host.reset();
         st.staged.clear();
         st.forget_copies();
+        st.host_target = host_target;
+        if let Some(k) = key.filter(|k| {
+            st.graphs
+                .get(k)
+                .is_some_and(|g| g.host_target != host_target)
+        }) {
+            // Its kernel writes the memory the recording was aimed at.
+            st.drop_graph(k);
+        }
         st.mode = st.mode_for(key);
         // NOTE: not for chained steps, which are queued ahead of the device anyway.
         st.early_launch = match st.mode {
@@ -78,6 +95,7 @@ impl CudaBackend {
                                 exec,
                                 staged,
                                 arena_end,
+                                host_target: st.host_target,
                             },
                         );
                     }
@@ -121,17 +139,28 @@ impl CudaBackend {
     ) -> Result<(), BackendError> {
         let mut st = self.state()?;
         self.finish_pass(&mut st)?;
-        let ctx = self.dev.context();
-        let dst = out.device_visible(t.len(), |n| {
-            // NOTE: rounded up so that a step of a few more rows does not allocate again.
-            let pinned = Pinned::new(ctx, (n * 4).next_power_of_two())?;
-            Ok::<_, BackendError>(Box::new(LockedValues::zeroed(pinned)) as Box<dyn DeviceVisible>)
-        })?;
+        let dst = self.locked_values(out, t.len())?;
         if dst.is_empty() {
             return Ok(());
         }
         // SAFETY: `dst` holds t.len() f32 in page-locked memory, not read before this returns.
         unsafe { self.copy_back_and_wait(t, dst.as_mut_ptr()) }
+    }
+
+    /// `len` values of page-locked memory in `out` (kept from pass to pass) for the device to
+    /// write into; their contents are unspecified until it has.
+    pub(super) fn locked_values<'a>(
+        &self,
+        out: &'a mut HostValues,
+        len: usize,
+    ) -> Result<&'a mut [f32], BackendError> {
+        let ctx = self.dev.context();
+        out.device_visible(len, |n| {
+            // NOTE: rounded up so that a step of a few more rows does not allocate again.
+            let pinned = Pinned::new(ctx, (n * 4).next_power_of_two())?;
+            let values = LockedValues::zeroed(pinned, self.dev.stream().clone());
+            Ok::<_, BackendError>(Box::new(values) as Box<dyn DeviceVisible>)
+        })
     }
 
     /// Copies `t` to `dst` and waits for the copy.
@@ -257,19 +286,31 @@ const PINNED_READ_BACK: usize = 4 << 20;
 /// and a task of the host copy each.
 const COPY_CHUNK: usize = 1 << 18;
 
-/// Page-locked memory as [`HostValues`] hold it: f32 values, zeroed when allocated.
-struct LockedValues(Pinned);
+/// Page-locked memory as [`HostValues`] hold it: f32 values, zeroed when allocated, and the
+/// stream whose work writes them.
+struct LockedValues(Pinned, Arc<CudaStream>);
+
+impl Drop for LockedValues {
+    fn drop(&mut self) {
+        // A pass that failed after its graph went out may still be writing its last matmul
+        // into this memory (`host_output.rs`): that must end before the memory is freed.
+        // NOTE: the stream, not the context: a context-wide wait fails, and spoils the
+        // recording, while another backend's stream records a graph.
+        let _ = self.1.synchronize();
+    }
+}
 
 impl LockedValues {
-    fn zeroed(mut p: Pinned) -> Self {
+    fn zeroed(mut p: Pinned, stream: Arc<CudaStream>) -> Self {
         // SAFETY: the allocation holds capacity() bytes, owned by `p`.
         unsafe { std::ptr::write_bytes(p.as_mut_ptr(), 0, p.capacity()) };
-        Self(p)
+        Self(p, stream)
     }
 }
 
 // SAFETY: the memory is owned by the Pinned allocation (page-aligned, so f32-aligned), holds
-// capacity() f32 (zeroed when made, then written by copies), and lives as long as this does.
+// capacity() f32 (zeroed when made, then written by copies or by a pass's last GEMV, whose
+// work ends before the memory is freed), and lives as long as this does.
 unsafe impl DeviceVisible for LockedValues {
     fn capacity(&self) -> usize {
         self.0.capacity() / 4

@@ -18,6 +18,7 @@ const GEMV_ROWS_PER_WARP: u32 = 2;
 /// beyond, it dequantizes them to f16 once and runs a cuBLAS GEMM on tensor cores.
 pub(super) const GEMV_MAX_TOKENS: usize = 4;
 /// The `mode` argument of the fused GEMV kernels (kernels/gemv.cu).
+const GEMV_STORE_BLOCK: i32 = -1;
 const GEMV_STORE: i32 = 0;
 const GEMV_ACCUMULATE: i32 = 1;
 const GEMV_GLU_SILU: i32 = 2;
@@ -349,43 +350,7 @@ impl CudaBackend {
             GEMV_STORE
         };
         if let Some((name, _)) = q8a_gemv(w) {
-            // NOTE (H200, BENCHMARKS.md, 2026-11-29, closing): the output matrix's 19k
-            // blocks run as one grid the GPU holds at once instead, each warp taking row pairs
-            // in turn and copying the next pair's weights in while it decoded the last, were no
-            // faster: Qwen3-0.6B tg128 `--greedy` 1,384 either way, Llama-3.2-1B Q8_0 1,366
-            // against 1,378 tok/s; asking L2 for the pair after next as well, 1,328.
-            let blocks = (w.rows as u32).div_ceil(GEMV_WARPS * GEMV_ROWS_PER_WARP);
-            let kept = st.quantized.get().is_some_and(|k| k.of == x.ptr);
-            let own = crate::ops::gemv_q8a_own_kernel_name(w.ty);
-            if let Some(own) = own.filter(|_| !kept && self.own_q8_fits(w.rows, w.cols, n)) {
-                // A byte a value and a (d, d·Σq) pair a group, as quantize_q8_1 writes them.
-                let shared = (w.cols + w.cols / 32 * 8) as u32;
-                let args = [
-                    Arg::P(w.ptr),
-                    Arg::P(x.ptr),
-                    Arg::P(out.ptr),
-                    Arg::I(w.rows as i32),
-                    Arg::I(w.cols as i32),
-                    Arg::I(mode),
-                ];
-                let grid = (blocks, n as u32);
-                return self.launch_with_shared(st, own, grid, GEMV_WARPS * 32, shared, &args);
-            }
-            let (xq, xds) = self.quantize_activations(st, x)?;
-            let args = [
-                Arg::P(w.ptr),
-                Arg::P(0),
-                Arg::P(xq),
-                Arg::P(xds),
-                Arg::P(out.ptr),
-                Arg::I(w.rows as i32),
-                Arg::I(w.cols as i32),
-                Arg::I(mode),
-                Arg::P(0),
-                Arg::P(0),
-                Arg::P(0),
-            ];
-            return self.launch(st, name, (blocks, n as u32), GEMV_WARPS * 32, &args);
+            return self.launch_q8a_gemv(st, name, w, x, out.ptr, mode);
         }
         if let Some(name) = fused_gemv(w.ty, w.cols) {
             let per_warp = if w.ty == GgmlType::F16 {
@@ -422,6 +387,78 @@ impl CudaBackend {
                 ],
             )
         }
+    }
+
+    /// `y (+)= W · x` by the int8-activation GEMV `name` (`q8a_gemv`), `mode` one of the
+    /// GEMV_* modes; `y` any address the device writes (the arena, or page-locked memory).
+    fn launch_q8a_gemv(
+        &self,
+        st: &mut State,
+        name: &'static str,
+        w: &CudaWeight,
+        x: &CudaTensor,
+        y: u64,
+        mode: i32,
+    ) -> Result<(), CudaError> {
+        // NOTE (H200, BENCHMARKS.md, 2026-11-29, closing): the output matrix's 19k
+        // blocks run as one grid the GPU holds at once instead, each warp taking row pairs
+        // in turn and copying the next pair's weights in while it decoded the last, were no
+        // faster: Qwen3-0.6B tg128 `--greedy` 1,384 either way, Llama-3.2-1B Q8_0 1,366
+        // against 1,378 tok/s; asking L2 for the pair after next as well, 1,328.
+        let blocks = (w.rows as u32).div_ceil(GEMV_WARPS * GEMV_ROWS_PER_WARP);
+        let kept = st.quantized.get().is_some_and(|k| k.of == x.ptr);
+        let own = crate::ops::gemv_q8a_own_kernel_name(w.ty);
+        if let Some(own) = own.filter(|_| !kept && self.own_q8_fits(w.rows, w.cols, x.rows)) {
+            // A byte a value and a (d, d·Σq) pair a group, as quantize_q8_1 writes them.
+            let shared = (w.cols + w.cols / 32 * 8) as u32;
+            let args = [
+                Arg::P(w.ptr),
+                Arg::P(x.ptr),
+                Arg::P(y),
+                Arg::I(w.rows as i32),
+                Arg::I(w.cols as i32),
+                Arg::I(mode),
+            ];
+            let grid = (blocks, x.rows as u32);
+            return self.launch_with_shared(st, own, grid, GEMV_WARPS * 32, shared, &args);
+        }
+        let (xq, xds) = self.quantize_activations(st, x)?;
+        let args = [
+            Arg::P(w.ptr),
+            Arg::P(0),
+            Arg::P(xq),
+            Arg::P(xds),
+            Arg::P(y),
+            Arg::I(w.rows as i32),
+            Arg::I(w.cols as i32),
+            Arg::I(mode),
+            Arg::P(0),
+            Arg::P(0),
+            Arg::P(0),
+        ];
+        self.launch(st, name, (blocks, x.rows as u32), GEMV_WARPS * 32, &args)
+    }
+
+    /// `out = W · x` into page-locked host memory at `out` (`x.rows * w.rows` f32), each
+    /// block's rows as one store (GEMV_STORE_BLOCK), where an int8 GEMV computes it: a few
+    /// tokens, rows in whole blocks. `Ok(false)`: nothing launched, the caller multiplies
+    /// into device memory instead.
+    pub(super) fn launch_matmul_to_host(
+        &self,
+        st: &mut State,
+        w: &CudaWeight,
+        x: &CudaTensor,
+        out: u64,
+    ) -> Result<bool, CudaError> {
+        let whole_blocks = w
+            .rows
+            .is_multiple_of((GEMV_WARPS * GEMV_ROWS_PER_WARP) as usize);
+        let gemv = x.rows <= GEMV_MAX_TOKENS && w.mlx.is_none() && whole_blocks;
+        let Some((name, _)) = q8a_gemv(w).filter(|_| gemv) else {
+            return Ok(false);
+        };
+        self.launch_q8a_gemv(st, name, w, x, out, GEMV_STORE_BLOCK)?;
+        Ok(true)
     }
 
     /// The three projections in one launch when their weights share a fused GEMV type and the

@@ -12,6 +12,7 @@ mod chained;
 mod decode_layers;
 mod dependent_launch;
 mod forward;
+mod host_output;
 mod launch;
 mod memory;
 mod mlx;
@@ -166,6 +167,12 @@ pub struct CudaBackend {
     /// Whether q/k norm and rope run a thread a rotating pair where they can
     /// (`qk_norm_rope_pairs`; `HEARTH_CUDA_QK_PAIRS=0` for measurements turns it off).
     qk_pairs: bool,
+    /// Whether a pass's logits that come back are written by their GEMV straight into the
+    /// caller's page-locked memory (`host_output.rs`; `HEARTH_CUDA_HOST_OUTPUT=0` for
+    /// measurements turns it off).
+    host_output: bool,
+    /// Products written straight into host memory so far (`host_output.rs`).
+    host_outputs: AtomicUsize,
 }
 
 impl CudaBackend {
@@ -205,6 +212,8 @@ impl CudaBackend {
             own_q8_bytes: measurement_setting("HEARTH_CUDA_OWN_Q8_BYTES", 0..=1 << 40)
                 .unwrap_or(launch::OWN_Q8_BYTES),
             qk_pairs: measurement_setting("HEARTH_CUDA_QK_PAIRS", 0..=1) != Some(0),
+            host_output: measurement_setting("HEARTH_CUDA_HOST_OUTPUT", 0..=1) != Some(0),
+            host_outputs: AtomicUsize::new(0),
         })
     }
 
@@ -229,6 +238,19 @@ impl CudaBackend {
     pub fn with_qk_pairs(mut self, on: bool) -> Self {
         self.qk_pairs = on;
         self
+    }
+
+    /// Lets the GEMV of a pass's logits that come back write them straight into the caller's
+    /// page-locked memory, or not, whatever `HEARTH_CUDA_HOST_OUTPUT` says (`host_output.rs`).
+    pub fn with_host_output(mut self, on: bool) -> Self {
+        self.host_output = on;
+        self
+    }
+
+    /// How many passes so far had their last matmul written straight into the caller's
+    /// page-locked memory (`Backend::matmul_to_host`) rather than copied back.
+    pub fn host_outputs(&self) -> usize {
+        self.host_outputs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Sets the longest sequence (positions) from which few-token decode steps split attention
@@ -324,7 +346,26 @@ impl Backend for CudaBackend {
     }
 
     fn begin_forward(&self, key: Option<u64>) {
-        self.start_forward(key, false);
+        self.start_forward(key, false, None);
+    }
+
+    fn begin_forward_to_host(
+        &self,
+        key: Option<u64>,
+        out: &mut HostValues,
+        len: usize,
+    ) -> Result<(), BackendError> {
+        self.start_forward_to_host(key, out, len)
+    }
+
+    fn matmul_to_host(
+        &self,
+        w: &CudaWeight,
+        x: &CudaTensor,
+        n_out: usize,
+        out: &mut HostValues,
+    ) -> Result<(), BackendError> {
+        self.matmul_into_host(w, x, n_out, out)
     }
 
     fn chains_argmax(&self) -> bool {
@@ -336,7 +377,7 @@ impl Backend for CudaBackend {
     }
 
     fn begin_chained_forward(&self, key: Option<u64>) {
-        self.start_forward(key, true);
+        self.start_forward(key, true, None);
     }
 
     fn embed_chained(&self, table: &CudaWeight, out: &mut CudaTensor) -> Result<(), BackendError> {

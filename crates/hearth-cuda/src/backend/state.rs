@@ -43,6 +43,17 @@ pub(super) struct Graph {
     /// Where its pass's transient memory ended (`Arena::position`): a replay's later
     /// allocations start past it.
     pub arena_end: (usize, usize),
+    /// The page-locked memory its pass's last matmul writes (`host_output.rs`), an argument
+    /// of the recorded kernel: a pass aimed elsewhere records afresh.
+    pub host_target: Option<HostTarget>,
+}
+
+/// Page-locked memory that a pass's last matmul writes straight into: the host address of
+/// `len` f32 (see `host_output.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct HostTarget {
+    pub ptr: u64,
+    pub len: usize,
 }
 
 // SAFETY: a graph is only launched or dropped under the backend's state mutex, never from two
@@ -88,6 +99,8 @@ pub(super) struct State {
     /// A weight's f16 values for cuBLAS, one row chunk at a time (`launch.rs` `gemm`).
     pub dequantized: Kept,
     pub mode: Mode,
+    /// Where this pass's last matmul may write on the host (`host_output.rs`).
+    pub host_target: Option<HostTarget>,
     pub early_launch: EarlyLaunch,
     pub graphs: HashMap<u64, Graph>,
     /// Keys seen once (recorded at their second pass).
@@ -143,6 +156,7 @@ impl State {
             counters: Kept::new("counter allocation"),
             dequantized: Kept::new("dequantized weight allocation"),
             mode: Mode::Eager,
+            host_target: None,
             early_launch: EarlyLaunch::Off,
             graphs: HashMap::new(),
             seen: HashSet::new(),
@@ -221,6 +235,13 @@ impl State {
             .iter()
             .find(|(k, _)| *k == key)
             .map(|&(_, dev)| dev)
+    }
+
+    /// Forget recording `key`: its next pass runs op by op, the one after records again.
+    pub fn drop_graph(&mut self, key: u64) {
+        self.graphs.remove(&key);
+        self.seen.remove(&key);
+        self.tensor_log.remove(&key);
     }
 
     /// Forget every recording (their kernels read staged data from a buffer being replaced).
