@@ -28,6 +28,12 @@
 // 1.3-1.5x. What remains per element is byte_perm + add + fma, plus per-block f16 scale
 // conversions (1/8 rate); going further means int8 activations with dp4a or a repacked layout.
 
+// NOTE (H200, `scripts/device/binary_ab.sh`, BENCHMARKS.md 2026-11-29, end of day): 8 warps
+// a block (half as many blocks a decode GEMV, whose link to the next kernel costs more the
+// more blocks it has; the int8 windows cut to 1504 bytes to fit, which alone changed
+// nothing) took Qwen3-0.6B Q8_0 tg128 from 1,374-1,385 to 1,370-1,392 tok/s (`--greedy`
+// +1%) but Q4_K_M from 1,422-1,429 to 1,385-1,397 (-2.5%), and the F16 GEMV's host side
+// assumed 4 warps. Kept at 4.
 #define WARPS_PER_BLOCK 4
 #define ROWS_PER_WARP 2
 #define WINDOW_BYTES 2048
