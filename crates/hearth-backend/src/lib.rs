@@ -83,7 +83,8 @@ pub trait Backend: Send + Sync {
     /// [`Self::begin_forward`] for a pass that ends in [`Self::matmul_to_host`] into `out`,
     /// `len` values: a device that writes host memory may aim that matmul straight at `out`
     /// (its memory is then known before the pass's first op, when a replayed recording may
-    /// already be on its way), so that no copy follows the pass.
+    /// already be on its way), so that no copy follows the pass. After a failed pass, what
+    /// `out` holds is unspecified.
     fn begin_forward_to_host(
         &self,
         key: Option<u64>,
