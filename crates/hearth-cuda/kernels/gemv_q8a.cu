@@ -91,6 +91,10 @@
 // Llama-3.1-8B Q4_K_M, whose output matrix, v and a third of its down projections are Q6_K):
 // 16-bit loads 346.8 / 342.4 / 341.7 tok/s, funnel shifts 345.1 / 343.7 / 346.8, the same held
 // to 8 blocks 346.1 / 346.9 / 346.7.
+// NOTE (H200, BENCHMARKS.md 2026-11-29, end of day): Qwen3-0.6B Q4_K_M tg128 at 8 blocks
+// 1,424-1,428 tok/s, at 4 1,396-1,421, at 12 1,377-1,378. Its Q6_K output matrix (151,936
+// rows of one 4-block step each) reads at 2.4 TB/s here against the Q8_0 kernel's 3.5: the
+// per-warp setup, staging and reduction of one-step rows, not the register bound, hold it.
 #ifndef Q8A_Q6K_MIN_BLOCKS
 #define Q8A_Q6K_MIN_BLOCKS 8
 #endif
