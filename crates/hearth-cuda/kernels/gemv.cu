@@ -205,14 +205,19 @@ __device__ __forceinline__ void stage_rows(const u8* const* rows, int b0, int nb
 #ifndef GEMV_EARLY_RESIDUAL
 #define GEMV_EARLY_RESIDUAL 1
 #endif
-struct RowsBase {
-    float v[ROWS_PER_WARP];
+// R rows a warp: ROWS_PER_WARP, or more in the int8 kernels for short rows (gemv_q8a.cu
+// gemv_rows4_q8a).
+template <int R>
+struct RowsOf {
+    float v[R];
 };
-__device__ __forceinline__ RowsBase gemv_rows_base(const float* y, int row0, int n_rows, int mode,
-                                                   int lane) {
-    RowsBase base;
+typedef RowsOf<ROWS_PER_WARP> RowsBase;
+template <int R = ROWS_PER_WARP>
+__device__ __forceinline__ RowsOf<R> gemv_rows_base(const float* y, int row0, int n_rows,
+                                                    int mode, int lane) {
+    RowsOf<R> base;
 #pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+    for (int r = 0; r < R; ++r) {
         const bool load = GEMV_EARLY_RESIDUAL && mode == GEMV_ACCUMULATE && lane == 0 &&
                           row0 + r < n_rows;
         base.v[r] = load ? y[row0 + r] : 0.f;
@@ -222,22 +227,23 @@ __device__ __forceinline__ RowsBase gemv_rows_base(const float* y, int row0, int
 
 // Sums each row's per-lane partials over the warp; lane 0 writes the result as `mode` says,
 // accumulating modes onto `base` (gemv_rows_base).
+template <int R>
 __device__ __forceinline__ void gemv_finish(const float* acc, float* y, int row0, int n_rows,
-                                            int mode, int lane, const RowsBase& base) {
-    float v[ROWS_PER_WARP];
+                                            int mode, int lane, const RowsOf<R>& base) {
+    float v[R];
 #pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; ++r) v[r] = warp_sum(acc[r]);
+    for (int r = 0; r < R; ++r) v[r] = warp_sum(acc[r]);
     if (mode == GEMV_STORE_BLOCK) {
         // For y in page-locked host memory (the logits of a pass that reads them back): over
         // the bus every store instruction is a transfer of its own, so the block's rows go
-        // as one 32-byte store rather than as eight of 4 bytes. Every warp of the block must
-        // get here (the host side launches it only for rows in whole blocks).
-        constexpr int BLOCK_ROWS = WARPS_PER_BLOCK * ROWS_PER_WARP;
+        // as 32-byte stores rather than as 4-byte ones. Every warp of the block must get
+        // here (the host side launches it only for rows in whole blocks).
+        constexpr int BLOCK_ROWS = WARPS_PER_BLOCK * R;
         __shared__ float block_rows[BLOCK_ROWS];
-        const int warp = threadIdx.x / WARP_SIZE, first = row0 - warp * ROWS_PER_WARP;
+        const int warp = threadIdx.x / WARP_SIZE, first = row0 - warp * R;
 #pragma unroll
-        for (int r = 0; r < ROWS_PER_WARP; ++r) {
-            if (lane == 0) block_rows[warp * ROWS_PER_WARP + r] = v[r];
+        for (int r = 0; r < R; ++r) {
+            if (lane == 0) block_rows[warp * R + r] = v[r];
         }
         __syncthreads();
         if (threadIdx.x < BLOCK_ROWS) y[first + threadIdx.x] = block_rows[threadIdx.x];
@@ -249,7 +255,7 @@ __device__ __forceinline__ void gemv_finish(const float* acc, float* y, int row0
         return;
     }
 #pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+    for (int r = 0; r < R; ++r) {
         if (row0 + r >= n_rows) continue;
         const bool late = !GEMV_EARLY_RESIDUAL && mode == GEMV_ACCUMULATE;
         y[row0 + r] = (late ? y[row0 + r] : base.v[r]) + v[r];

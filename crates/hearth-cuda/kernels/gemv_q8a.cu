@@ -172,11 +172,11 @@ __device__ __forceinline__ int window_skew(const u8* row, int b0) {
 
 // As stage_rows (gemv.cu), with asynchronous copies: blocks b0 .. b0 + nb of each row to
 // `window`, from the 16-byte vector holding the first byte of block b0. One commit group.
-template <int BYTES>
+template <int BYTES, int R>
 __device__ __forceinline__ void stage_rows_async(const u8* const* rows, int b0, int nb,
                                                  uint4 (*window)[Q8A_WINDOW_VECS], int lane) {
 #pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+    for (int r = 0; r < R; ++r) {
         const u8* start = rows[r] + (size_t)b0 * BYTES;
         const int skew = window_skew<BYTES>(rows[r], b0);
         const uint4* aligned = reinterpret_cast<const uint4*>(start - skew);
@@ -429,13 +429,14 @@ __device__ __forceinline__ void quantize_when_complete(const float* y, GluQ8 out
     if (lane == 0) out.counts[group] = 0;
 }
 
-// The weight rows a warp multiplies from row0: plain modes rows row0, row0 + 1 of w (the last
-// row again past the end), GLU modes row row0 of w (gate) and of w2 (up).
+// The weight rows a warp multiplies from row0: plain modes rows row0 .. row0 + R - 1 of w (the
+// last row again past the end), GLU modes (R = 2) row row0 of w (gate) and of w2 (up).
+template <int R = ROWS_PER_WARP>
 __device__ __forceinline__ void warp_weight_rows(const u8** rows, const u8* w, const u8* w2,
                                                  bool glu, int row0, int n_rows,
                                                  size_t row_bytes) {
 #pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; ++r) {
+    for (int r = 0; r < R; ++r) {
         rows[r] = glu ? (r == 0 ? w : w2) + (size_t)row0 * row_bytes
                       : w + (size_t)min(row0 + r, n_rows - 1) * row_bytes;
     }
@@ -473,27 +474,10 @@ __device__ __forceinline__ bool make_own_q8(OwnQ8 own, int n_cols) {
     return true;
 }
 
-// gemv_rows_q8a for one token's xq / xds / y, with the warp's windows given: the part the
-// decode-layers kernel (decode_layers.cu) shares, which runs it for many blocks in turn.
+// How a row of n_blocks blocks of B is cut into windows (at most two in flight, see
+// Q8A_WINDOW_BYTES): their number, and the blocks of each (the last may have fewer).
 template <class B>
-__device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* __restrict__ w,
-                                                   const u8* __restrict__ w2,
-                                                   const i8* __restrict__ xq,
-                                                   const float2* __restrict__ xds,
-                                                   float* __restrict__ y, int n_rows, int n_cols,
-                                                   int mode, int block, GluQ8 q8,
-                                                   OwnQ8 own = NO_OWN_Q8) {
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    const bool glu = mode >= GEMV_GLU_SILU;
-    const int row0 = (block * WARPS_PER_BLOCK + warp) * (glu ? 1 : ROWS_PER_WARP);
-    // NOTE: a whole warp leaves together and no block-wide barrier follows, so this is safe
-    // (GEMV_STORE_BLOCK's barrier: launched only where rows fill whole blocks).
-    if (row0 >= n_rows) return;
-    const int n_blocks = (int)((unsigned)n_cols / B::QK);
-    const size_t row_bytes = (size_t)n_blocks * B::BYTES;
-    const u8* rows[ROWS_PER_WARP];
-    warp_weight_rows(rows, w, w2, glu, row0, n_rows, row_bytes);
-    const int lane_block = lane / B::LANES, sub = lane % B::LANES;
+__device__ __forceinline__ int q8a_windows(int n_blocks, int& blocks_per_window) {
     const int blocks_per_step = WARP_SIZE / B::LANES;
     // Room for the skew (up to 15 bytes) and for the 4 bytes Q8aQ8_0::dot may read past a block.
     const int fits = (Q8A_WINDOW_BYTES - 15 - 4) / B::BYTES;
@@ -503,33 +487,61 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
                                                    : fits;
     const int n_windows = (int)((unsigned)(n_blocks + max_per_window - 1) / max_per_window);
     // Rows of one window (the output matrix of a small model) skip the division.
-    const int blocks_per_window =
+    blocks_per_window =
         n_windows == 1 ? n_blocks : (int)((unsigned)(n_blocks + n_windows - 1) / n_windows);
-    float acc[ROWS_PER_WARP];
+    return n_windows;
+}
+
+// gemv_warp_rows_q8a from row row0, R rows (plain modes) or ROWS_PER_WARP (GLU modes): R
+// above ROWS_PER_WARP only for rows of one window, whose R rows then take the room of the
+// warp's two windows of ROWS_PER_WARP rows (`window` points at that memory).
+template <class B, int R = ROWS_PER_WARP>
+__device__ __forceinline__ void gemv_warp_rows_q8a_at(uint4 (*window)[R][Q8A_WINDOW_VECS],
+                                                      const u8* __restrict__ w,
+                                                      const u8* __restrict__ w2,
+                                                      const i8* __restrict__ xq,
+                                                      const float2* __restrict__ xds,
+                                                      float* __restrict__ y, int n_rows,
+                                                      int n_cols, int mode, int row0, GluQ8 q8,
+                                                      OwnQ8 own = NO_OWN_Q8) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const bool glu = mode >= GEMV_GLU_SILU;
+    // NOTE: a whole warp leaves together and no block-wide barrier follows, so this is safe
+    // (GEMV_STORE_BLOCK's barrier: launched only where rows fill whole blocks).
+    if (row0 >= n_rows) return;
+    const int n_blocks = (int)((unsigned)n_cols / B::QK);
+    const size_t row_bytes = (size_t)n_blocks * B::BYTES;
+    const u8* rows[R];
+    warp_weight_rows<R>(rows, w, w2, glu, row0, n_rows, row_bytes);
+    const int lane_block = lane / B::LANES, sub = lane % B::LANES;
+    const int blocks_per_step = WARP_SIZE / B::LANES;
+    int blocks_per_window;
+    const int n_windows = q8a_windows<B>(n_blocks, blocks_per_window);
+    float acc[R];
 #pragma unroll
-    for (int r = 0; r < ROWS_PER_WARP; ++r) acc[r] = 0.f;
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
     // The first window of weights (no kernel writes them; both of a two-window row) is
     // copied, and up to Q8A_PREFETCH_BYTES more of each row asked of L2, while the kernel
     // before still runs.
 #if !Q8A_EARLY_STAGE
     await_previous_kernels();
 #endif
-    stage_rows_async<B::BYTES>(rows, 0, min(blocks_per_window, n_blocks), window[0], lane);
+    stage_rows_async<B::BYTES, R>(rows, 0, min(blocks_per_window, n_blocks), window[0], lane);
     const bool both_staged = Q8A_STAGE_TWO && n_windows == 2;
     if (both_staged) {
-        stage_rows_async<B::BYTES>(rows, blocks_per_window, n_blocks - blocks_per_window,
-                                   window[1], lane);
+        stage_rows_async<B::BYTES, R>(rows, blocks_per_window, n_blocks - blocks_per_window,
+                                      window[1], lane);
     }
     if (Q8A_PREFETCH_BYTES > 0 && blocks_per_window < n_blocks) {
         const size_t staged = (size_t)blocks_per_window * B::BYTES;
         const size_t more = min(row_bytes - staged, (size_t)Q8A_PREFETCH_BYTES);
 #pragma unroll
-        for (int r = 0; r < ROWS_PER_WARP; ++r) prefetch_l2(rows[r] + staged, more, lane);
+        for (int r = 0; r < R; ++r) prefetch_l2(rows[r] + staged, more, lane);
     }
 #if Q8A_EARLY_STAGE
     await_previous_kernels();
 #endif
-    const RowsBase base = gemv_rows_base(y, row0, n_rows, mode, lane);
+    const RowsOf<R> base = gemv_rows_base<R>(y, row0, n_rows, mode, lane);
     if (make_own_q8(own, n_cols)) {
         xq = own.q;
         xds = own.ds;
@@ -542,8 +554,9 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
         const int next = b0 + blocks_per_window;
         if (next < n_blocks) {
             if (!both_staged) {
-                stage_rows_async<B::BYTES>(rows, next, min(blocks_per_window, n_blocks - next),
-                                           window[(i + 1) & 1], lane);
+                stage_rows_async<B::BYTES, R>(rows, next,
+                                              min(blocks_per_window, n_blocks - next),
+                                              window[(i + 1) & 1], lane);
             }
             copies_wait<1>();
         } else {
@@ -551,9 +564,9 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
         }
         __syncwarp();
         uint4(*current)[Q8A_WINDOW_VECS] = window[i & 1];
-        int skew[ROWS_PER_WARP];
+        int skew[R];
 #pragma unroll
-        for (int r = 0; r < ROWS_PER_WARP; ++r) skew[r] = window_skew<B::BYTES>(rows[r], b0);
+        for (int r = 0; r < R; ++r) skew[r] = window_skew<B::BYTES>(rows[r], b0);
         // NOTE: not unrolled. Unrolled by 2 or 4 (so that later iterations' activation loads
         // go out early) it measured slower on an H100: tg128 Llama-3.1-8B Q4_K_M 301.6 -> 280.5
         // (2) and 292.7 (4) tok/s, Qwen3-0.6B Q4_K_M 800.2 -> 778.8 and 783.6.
@@ -565,7 +578,7 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
             for (int i = 0; i < B::VALS / 16; ++i) xv[i] = xq4[v / 16 + i];
             const float2 ds = xds[v / 32];
 #pragma unroll
-            for (int r = 0; r < ROWS_PER_WARP; ++r) {
+            for (int r = 0; r < R; ++r) {
                 const u8* blk = reinterpret_cast<const u8*>(current[r]) + skew[r];
                 acc[r] += B::dot(blk + b * B::BYTES, xv, ds, sub);
             }
@@ -574,6 +587,22 @@ __device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* 
     }
     gemv_finish(acc, y, row0, n_rows, mode, lane, base);
     if (glu && q8.yq != nullptr) quantize_when_complete(y, q8, row0, lane);
+}
+
+// gemv_rows_q8a for one token's xq / xds / y, with the warp's windows given: the part the
+// decode-layers kernel (decode_layers.cu) shares, which runs it for many blocks in turn.
+template <class B>
+__device__ __forceinline__ void gemv_warp_rows_q8a(Q8aWindows window, const u8* __restrict__ w,
+                                                   const u8* __restrict__ w2,
+                                                   const i8* __restrict__ xq,
+                                                   const float2* __restrict__ xds,
+                                                   float* __restrict__ y, int n_rows, int n_cols,
+                                                   int mode, int block, GluQ8 q8,
+                                                   OwnQ8 own = NO_OWN_Q8) {
+    const int warp = threadIdx.x / WARP_SIZE;
+    const bool glu = mode >= GEMV_GLU_SILU;
+    const int row0 = (block * WARPS_PER_BLOCK + warp) * (glu ? 1 : ROWS_PER_WARP);
+    gemv_warp_rows_q8a_at<B>(window, w, w2, xq, xds, y, n_rows, n_cols, mode, row0, q8, own);
 }
 
 // Q4_K rows read straight into registers (1) instead of staged through shared memory (0) by
@@ -824,6 +853,63 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS, Q8A_Q6K_MIN_BLOCKS)
 gemv_q8a_own_q6_k(const u8* w, const float* xf, float* y, int n_rows, int n_cols, int mode) {
     gemv_rows_q8a(GGML_Q6_K, w, nullptr, nullptr, nullptr, y, n_rows, n_cols, mode, blockIdx.x,
                   NO_GLU_Q8, xf);
+}
+
+// Short rows, four a warp: for rows of one window (the output matrix of a small model:
+// 1,024 columns of Q8_0 or Q6_K), each warp takes four rows in the room of its two windows
+// of two, so that its setup, its activation loads and their sums serve twice the rows. The
+// same arithmetic per row as gemv_rows_q8a, so the same bits. Plain modes; a block takes 16
+// rows. Rows of more windows (HEARTH_CUDA_DEFINES can shrink the windows) go two by two,
+// as gemv_rows_q8a takes them. The host picks these kernels by the columns (launch.rs
+// `q8a_rows4`).
+// NOTE (H200, BENCHMARKS.md 2026-11-29, "after hours"; Nsight Compute, 2 rows -> 4 rows a
+// warp): Qwen3-0.6B Q4_K_M's Q6_K output GEMV 36.4 M -> 30.0 M instructions, 49.8 -> 41.6 µs;
+// Q8_0's 31.8 M -> 25.9 M, 45.7 -> 44.1 µs. tg128 (`binary_ab.sh`, two rounds) Q4_K_M
+// 1,467.1 / 1,464.9 -> 1,483.7 / 1,466.6 tok/s, Q8_0 1,390.3 / 1,393.1 -> 1,405.2 / 1,408.0.
+#define Q8A_ROWS4 (2 * ROWS_PER_WARP)
+template <class B>
+__device__ __forceinline__ void gemv_rows4_q8a(const u8* __restrict__ w,
+                                               const i8* __restrict__ xq,
+                                               const float2* __restrict__ xds,
+                                               float* __restrict__ y, int n_rows, int n_cols,
+                                               int mode) {
+    __shared__ uint4 window[WARPS_PER_BLOCK][2][ROWS_PER_WARP][Q8A_WINDOW_VECS];
+    xq += (size_t)blockIdx.y * n_cols;
+    xds += (size_t)blockIdx.y * (n_cols / 32);
+    y += (size_t)blockIdx.y * n_rows;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int first = blockIdx.x * WARPS_PER_BLOCK * Q8A_ROWS4;
+    int blocks_per_window;
+    if (q8a_windows<B>(n_cols / B::QK, blocks_per_window) == 1) {
+        auto rows4 = reinterpret_cast<uint4(*)[Q8A_ROWS4][Q8A_WINDOW_VECS]>(window[warp]);
+        gemv_warp_rows_q8a_at<B, Q8A_ROWS4>(rows4, w, nullptr, xq, xds, y, n_rows, n_cols, mode,
+                                            first + warp * Q8A_ROWS4, NO_GLU_Q8);
+        return;
+    }
+    // The block's first 8 rows, then its next 8 (GEMV_STORE_BLOCK stores 8 at a time).
+    for (int half = 0; half < 2; ++half) {
+        const int row0 = first + half * GEMV_ROWS_PER_BLOCK + warp * ROWS_PER_WARP;
+        gemv_warp_rows_q8a_at<B>(window[warp], w, nullptr, xq, xds, y, n_rows, n_cols, mode,
+                                 row0, NO_GLU_Q8);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_q8a_rows4_q8_0(const u8* w, const i8* xq, const float2* xds, float* y, int n_rows,
+                    int n_cols, int mode) {
+    gemv_rows4_q8a<Q8aQ8_0>(w, xq, xds, y, n_rows, n_cols, mode);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_q8a_rows4_q4_0(const u8* w, const i8* xq, const float2* xds, float* y, int n_rows,
+                    int n_cols, int mode) {
+    gemv_rows4_q8a<Q8aQ4_0>(w, xq, xds, y, n_rows, n_cols, mode);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, Q8A_Q6K_MIN_BLOCKS)
+gemv_q8a_rows4_q6_k(const u8* w, const i8* xq, const float2* xds, float* y, int n_rows,
+                    int n_cols, int mode) {
+    gemv_rows4_q8a<Q8aQ6_K>(w, xq, xds, y, n_rows, n_cols, mode);
 }
 
 // Three matrices of one type reading the same activations (q, k, v), as gemv3_* in gemv.cu.

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 95] = [
+pub(crate) const KERNEL_NAMES: [&str; 98] = [
     "decode_layers",
     "gemv_f16",
     "gemv_q8_0",
@@ -77,6 +77,9 @@ pub(crate) const KERNEL_NAMES: [&str; 95] = [
     "gemv_q8a_own_q4_0",
     "gemv_q8a_own_q4_k",
     "gemv_q8a_own_q6_k",
+    "gemv_q8a_rows4_q8_0",
+    "gemv_q8a_rows4_q4_0",
+    "gemv_q8a_rows4_q6_k",
     "gemv3_q8a_q8_0",
     "gemv3_q8a_q4_0",
     "gemv3_q8a_q4_k",

@@ -87,6 +87,20 @@ pub(crate) fn gemv_q8a_kernel_names(ty: GgmlType) -> Option<(&'static str, &'sta
     })
 }
 
+/// The int8-activation GEMV kernel for `ty` that takes four rows a warp, and the most columns
+/// at which a row fits the kernel's shared-memory window whole (kernels/gemv_q8a.cu
+/// `gemv_rows4_q8a`; `q8a_windows` with the default `Q8A_WINDOW_BYTES`): the output matrix of
+/// a small model. Past those columns, or with other windows, it still computes the right
+/// rows, two a warp.
+pub(crate) fn gemv_q8a_rows4_kernel(ty: GgmlType) -> Option<(&'static str, usize)> {
+    Some(match ty {
+        GgmlType::Q8_0 => ("gemv_q8a_rows4_q8_0", 32 * 32),
+        GgmlType::Q4_0 => ("gemv_q8a_rows4_q4_0", 80 * 32),
+        GgmlType::Q6_K => ("gemv_q8a_rows4_q6_k", 4 * 256),
+        _ => return None,
+    })
+}
+
 /// The int8-activation GEMV kernel for `ty` that quantizes its f32 activations itself, a
 /// block its own copy (kernels/gemv_q8a.cu `OwnQ8`).
 pub(crate) fn gemv_q8a_own_kernel_name(ty: GgmlType) -> Option<&'static str> {

@@ -14,6 +14,8 @@ pub(super) const ELEMENTWISE_THREADS: u32 = 256;
 /// Warps per block of the fused GEMV kernels and rows per warp (kernels/gemv.cu).
 const GEMV_WARPS: u32 = 4;
 const GEMV_ROWS_PER_WARP: u32 = 2;
+/// Rows per warp of the int8 GEMV for short rows (`CudaBackend::q8a_rows4`).
+const GEMV_ROWS4_PER_WARP: u32 = 4;
 /// Up to this many tokens a matmul reads the weights once per token with the GEMV kernels;
 /// beyond, it dequantizes them to f16 once and runs a cuBLAS GEMM on tensor cores.
 pub(super) const GEMV_MAX_TOKENS: usize = 4;
@@ -252,6 +254,15 @@ impl CudaBackend {
             && reads <= self.own_q8_bytes
     }
 
+    /// The int8 GEMV that takes four rows a warp, for a weight whose rows fit its window
+    /// whole (`ops::gemv_q8a_rows4_kernel`), unless turned off.
+    ///
+    /// NOTE: what it measured is at `gemv_rows4_q8a` (kernels/gemv_q8a.cu).
+    pub(super) fn q8a_rows4(&self, w: &CudaWeight) -> Option<&'static str> {
+        let (name, max_cols) = crate::ops::gemv_q8a_rows4_kernel(w.ty)?;
+        (self.rows4 && w.cols <= max_cols && w.mlx.is_none()).then_some(name)
+    }
+
     /// Transient room for `n` values quantized to 8 bits: the values and a (d, d·Σq) pair of
     /// f32 per 32-value group.
     pub(super) fn alloc_q8(&self, st: &mut State, n: usize) -> Result<(u64, u64), CudaError> {
@@ -423,6 +434,28 @@ impl CudaBackend {
             return self.launch_with_shared(st, own, grid, GEMV_WARPS * 32, shared, &args);
         }
         let (xq, xds) = self.quantize_activations(st, x)?;
+        // GEMV_STORE_BLOCK stores whole blocks: 16 rows of these kernels.
+        let whole_blocks = w
+            .rows
+            .is_multiple_of((GEMV_WARPS * GEMV_ROWS4_PER_WARP) as usize);
+        let rows4 = self
+            .q8a_rows4(w)
+            .filter(|_| mode != GEMV_STORE_BLOCK || whole_blocks);
+        if let Some(rows4) = rows4 {
+            self.rows4_launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let args = [
+                Arg::P(w.ptr),
+                Arg::P(xq),
+                Arg::P(xds),
+                Arg::P(y),
+                Arg::I(w.rows as i32),
+                Arg::I(w.cols as i32),
+                Arg::I(mode),
+            ];
+            let blocks = (w.rows as u32).div_ceil(GEMV_WARPS * GEMV_ROWS4_PER_WARP);
+            return self.launch(st, rows4, (blocks, x.rows as u32), GEMV_WARPS * 32, &args);
+        }
         let args = [
             Arg::P(w.ptr),
             Arg::P(0),

@@ -173,6 +173,11 @@ pub struct CudaBackend {
     host_output: bool,
     /// Products written straight into host memory so far (`host_output.rs`).
     host_outputs: AtomicUsize,
+    /// Whether int8 GEMVs of rows that fit one window take four rows a warp (`launch.rs`
+    /// `q8a_rows4`; `HEARTH_CUDA_ROWS4=0` for measurements turns it off).
+    rows4: bool,
+    /// Launches of those kernels so far.
+    rows4_launches: AtomicUsize,
 }
 
 impl CudaBackend {
@@ -214,6 +219,8 @@ impl CudaBackend {
             qk_pairs: measurement_setting("HEARTH_CUDA_QK_PAIRS", 0..=1) != Some(0),
             host_output: measurement_setting("HEARTH_CUDA_HOST_OUTPUT", 0..=1) != Some(0),
             host_outputs: AtomicUsize::new(0),
+            rows4: measurement_setting("HEARTH_CUDA_ROWS4", 0..=1) != Some(0),
+            rows4_launches: AtomicUsize::new(0),
         })
     }
 
@@ -245,6 +252,20 @@ impl CudaBackend {
     pub fn with_host_output(mut self, on: bool) -> Self {
         self.host_output = on;
         self
+    }
+
+    /// Lets int8 GEMVs of rows that fit one window take four rows a warp, or not, whatever
+    /// `HEARTH_CUDA_ROWS4` says (`launch.rs` `q8a_rows4`); the same bits either way.
+    pub fn with_rows4(mut self, on: bool) -> Self {
+        self.rows4 = on;
+        self
+    }
+
+    /// How many int8 GEMVs so far took four rows a warp (`with_rows4`); a replayed graph's
+    /// count once, when recorded.
+    pub fn rows4_launches(&self) -> usize {
+        self.rows4_launches
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many passes so far had their last matmul written straight into the caller's
