@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{gpu, random_host_weight};
+use common::{assert_same_bits, gpu, random_host_weight};
 use hearth_backend::{Activation, AttnBatch, AttnParams, AttnSeq, Backend, KvSpec, KvType};
 use hearth_cuda::CudaBackend;
 use hearth_quant::GgmlType;
@@ -29,16 +29,6 @@ fn weight(gpu: &CudaBackend, ty: GgmlType, rows: usize, cols: usize, rng: &mut i
 
 fn random_rows(n: usize, cols: usize, rng: &mut impl Rng) -> Vec<f32> {
     (0..n * cols).map(|_| rng.gen_range(-2.0..2.0)).collect()
-}
-
-fn assert_same_bits(got: &[f32], want: &[f32], what: &str) {
-    let diff = got
-        .iter()
-        .zip(want)
-        .filter(|(a, b)| a.to_bits() != b.to_bits())
-        .count();
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    assert_eq!(diff, 0, "{what}: {diff} of {} values differ", got.len());
 }
 
 /// down · act(gate · x) * (up · x), with the down projection reading the gated GEMV's output

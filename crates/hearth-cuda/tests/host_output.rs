@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{gpu, random_host_weight};
+use common::{assert_same_bits, gpu, random_host_weight};
 use hearth_backend::{Backend, HostValues};
 use hearth_cuda::CudaBackend;
 use hearth_quant::GgmlType;
@@ -49,16 +49,6 @@ fn to_host(
     be.scale(&mut xt, 1.0).expect("scale");
     be.matmul_to_host(w, &xt, rows, out)
         .expect("matmul to host");
-}
-
-fn assert_same_bits(got: &[f32], want: &[f32], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    let diff = got
-        .iter()
-        .zip(want)
-        .filter(|(a, b)| a.to_bits() != b.to_bits())
-        .count();
-    assert_eq!(diff, 0, "{what}: {diff} of {} values differ", got.len());
 }
 
 #[test]

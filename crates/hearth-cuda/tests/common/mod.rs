@@ -44,3 +44,15 @@ pub fn gpu_memory_in_use() -> usize {
     let (free, total) = cudarc::driver::result::mem_get_info().expect("cuMemGetInfo");
     total - free
 }
+
+/// Asserts that `got` holds `want`'s values bit for bit (`what` names the case).
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn assert_same_bits(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let diff = got
+        .iter()
+        .zip(want)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(diff, 0, "{what}: {diff} of {} values differ", got.len());
+}
