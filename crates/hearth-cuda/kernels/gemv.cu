@@ -225,14 +225,27 @@ __device__ __forceinline__ RowsOf<R> gemv_rows_base(const float* y, int row0, in
     return base;
 }
 
+// Whether four rows a warp are summed by warp_sum4 (1) or one by one (0): the same bits, fewer
+// instructions, one more shuffle's latency; for the throughput-bound kernels of four rows a
+// warp (gemv_q8a.cu gemv_rows4_q8a).
+// NOTE (H200, BENCHMARKS.md 2026-11-29, "before midnight"; Nsight Compute, one decode step's
+// output GEMV): Qwen3-0.6B Q4_K_M (Q6_K) 41.24 -> 40.99 µs, 29.97 M -> 29.44 M instructions;
+// Q8_0 45.91 -> 45.40 µs, 25.87 M -> 25.15 M.
+#ifndef GEMV_SUM4
+#define GEMV_SUM4 1
+#endif
 // Sums each row's per-lane partials over the warp; lane 0 writes the result as `mode` says,
 // accumulating modes onto `base` (gemv_rows_base).
 template <int R>
 __device__ __forceinline__ void gemv_finish(const float* acc, float* y, int row0, int n_rows,
                                             int mode, int lane, const RowsOf<R>& base) {
     float v[R];
+    if constexpr (R == 4 && GEMV_SUM4) {
+        warp_sum4(acc, v);
+    } else {
 #pragma unroll
-    for (int r = 0; r < R; ++r) v[r] = warp_sum(acc[r]);
+        for (int r = 0; r < R; ++r) v[r] = warp_sum(acc[r]);
+    }
     if (mode == GEMV_STORE_BLOCK) {
         // For y in page-locked host memory (the logits of a pass that reads them back): over
         // the bus every store instruction is a transfer of its own, so the block's rows go

@@ -866,6 +866,21 @@ gemv_q8a_own_q6_k(const u8* w, const float* xf, float* y, int n_rows, int n_cols
 // warp): Qwen3-0.6B Q4_K_M's Q6_K output GEMV 36.4 M -> 30.0 M instructions, 49.8 -> 41.6 µs;
 // Q8_0's 31.8 M -> 25.9 M, 45.7 -> 44.1 µs. tg128 (`binary_ab.sh`, two rounds) Q4_K_M
 // 1,467.1 / 1,464.9 -> 1,483.7 / 1,466.6 tok/s, Q8_0 1,390.3 / 1,393.1 -> 1,405.2 / 1,408.0.
+// NOTE (H200, BENCHMARKS.md 2026-11-29, "before midnight"): four rows a warp for the other
+// matrices of 1,024 columns did not pay. q/k/v (three matrices, 256 blocks instead of 512):
+// Qwen3-0.6B Q8_0 tg128 1,399.7 against 1,403.2 tok/s (four rounds each), `--greedy` 1,400.4
+// against 1,400.1. The gated GEMV (two gate and up pairs a warp, 384 blocks instead of 768):
+// 1,343.6 / 1,373.4 against 1,360.6 / 1,391.9. Q4_K rows staged in windows four a warp, where
+// two a warp read them straight into registers: Q4_K_M q/k/v 1,350.4 / 1,380.5 against
+// 1,462.4 / 1,436.1. Those GEMVs wait on the latency of their few loads, which longer warps
+// lengthen, rather than on instruction issue as the output matrix's does.
+// NOTE (same entry; Nsight Compute, the output GEMV of one decode step): its rows staged by
+// the bulk-copy engine (cp.async.bulk, a copy a row from lane 0, completing on a barrier a
+// warp) instead of every lane's 16-byte copies: Q6_K 40.99 -> 40.28 µs (29.44 M -> 29.10 M
+// instructions), but Q8_0 45.40 -> 46.69 µs (25.15 M -> 24.33 M). Eight rows a warp (windows of
+// 1,120 bytes a row, 37 KB a block, six blocks a multiprocessor): Q6_K 41.15 -> 42.43 µs with
+// 29.48 M -> 25.79 M instructions, Q8_0 45.09 -> 47.07 µs with 25.15 M -> 20.80 M; tg128 even.
+// Four rows a warp no longer wait on instruction issue. Neither kept.
 #define Q8A_ROWS4 (2 * ROWS_PER_WARP)
 template <class B>
 __device__ __forceinline__ void gemv_rows4_q8a(const u8* __restrict__ w,
