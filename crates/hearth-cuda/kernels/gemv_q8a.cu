@@ -21,16 +21,22 @@
 // NOTE: measured on an H100 (HEARTH_CUDA_DEFINES, hearth bench tg128, one call), Llama-3.1-8B
 // Q4_K_M / Qwen3-0.6B Q4_K_M: 1024 bytes 286.0 / 713.1 tok/s, 1536: 289.9 / 722.7, 2048: 284.8
 // and 286.3 / 715.7 and 721.6, 3072: 271.6 / 689.4. A small difference, the same way on both.
+// NOTE (H200, BENCHMARKS.md 2026-11-29, "before midnight"; `binary_ab.sh`, HEARTH_CUDA_DEFINES,
+// tok/s by round): 1536 -> 1664 bytes, which cuts the 3,072-column rows of Qwen3-0.6B Q8_0's
+// down projection in two windows instead of three, both staged before the kernel's wait
+// (Q8A_STAGE_TWO): tg128 1,405.5 / 1,394.0 / 1,376.5 -> 1,414.8 / 1,414.2 / 1,396.4, `--greedy`
+// 1,398.7 / 1,397.5 / 1,399.8 -> 1,413.4 / 1,411.5 / 1,409.8; Llama-3.2-1B Q8_0 tg128 1,354.4 /
+// 1,357.3 -> 1,364.0 / 1,366.3. Q6_K rows keep their 4-block windows (7 blocks fit either way).
 #ifndef Q8A_WINDOW_BYTES
-#define Q8A_WINDOW_BYTES 1536
+#define Q8A_WINDOW_BYTES 1664
 #endif
 #define Q8A_WINDOW_VECS (Q8A_WINDOW_BYTES / 16)
 
 // Whether a window holds a whole number of the warp's steps (1) where it can, or as many
 // blocks as fit (0). A step takes 32 / LANES blocks: Q6_K 4, of which 7 fit in a window, so a
 // 16-block row was windows of 6, 6 and 4 blocks, five steps, two of them with half the lanes
-// idle, where 4 windows of 4 keep every lane busy. Q8_0 (steps of 16) keeps its 32-block
-// windows.
+// idle, where 4 windows of 4 keep every lane busy. Q8_0 (steps of 16) takes windows of up to
+// 48 blocks.
 // NOTE (H100, hearth bench tg128, `scripts/device/gemv_ab.sh`): 1024-byte windows (4 Q6_K
 // blocks) took Llama-3.1-8B Q4_K_M, whose v, output and a third of its down matrices are
 // Q6_K, from 356.8 / 356.0 tok/s at 1536 to 365.9 / 363.6, while Qwen3-0.6B Q8_0 lost (993 /
@@ -184,7 +190,7 @@ __device__ __forceinline__ void stage_rows_async(const u8* const* rows, int b0, 
 #if __CUDA_ARCH__ >= 800
         const unsigned to = (unsigned)__cvta_generic_to_shared(window[r]);
 #endif
-        // A fixed number of copies (a window is at most 3 of the warp's rounds): the loop
+        // A fixed number of copies (a window is at most 4 of the warp's rounds): the loop
         // the compiler made of a bounded one cost more than the copies. NOTE (H200, Nsight
         // Compute, with Q8aQ6_K's leaner dot): Qwen3-0.6B Q8_0's output GEMV 36.0 M -> 31.8 M
         // instructions, 47.5 -> 45.8 µs.

@@ -88,9 +88,10 @@ pub(crate) fn gemv_q8a_kernel_names(ty: GgmlType) -> Option<(&'static str, &'sta
 }
 
 /// The int8-activation GEMV kernel for `ty` that takes four rows a warp, and the most columns
-/// at which a row fits the kernel's shared-memory window whole (kernels/gemv_q8a.cu
-/// `gemv_rows4_q8a`; `q8a_windows` with the default `Q8A_WINDOW_BYTES`): the output matrix of
-/// a small model. Past those columns, or with other windows, it still computes the right
+/// the host gives it: rows that fit the kernel's shared-memory window whole (kernels/gemv_q8a.cu
+/// `gemv_rows4_q8a`; `q8a_windows` with the default `Q8A_WINDOW_BYTES`, whose 1,664 bytes
+/// would take Q8_0 rows of up to 1,536 columns; 1,024, the output matrix of a small model, is
+/// what was measured). Past those columns, or with other windows, it still computes the right
 /// rows, two a warp.
 pub(crate) fn gemv_q8a_rows4_kernel(ty: GgmlType) -> Option<(&'static str, usize)> {
     Some(match ty {

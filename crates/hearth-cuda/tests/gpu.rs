@@ -41,8 +41,8 @@ fn gemv_matches_reference_for_every_type_and_odd_shapes() {
     for ty in GEMV_TYPES {
         // 20001 rows: more row groups than one wave of warps, so warps walk several groups
         // (grid-stride) and prefetch across them; odd, so the last group is half empty.
-        // 3072 and 5120 columns: int8 rows of three and of five or more shared-memory windows
-        // (staged whole, and through two windows in turn).
+        // 3072 and 5120 columns: int8 rows of two to five shared-memory windows by type (two
+        // staged whole, more through two windows in turn).
         let shapes = [
             (64, 512),
             (7, 1024),
