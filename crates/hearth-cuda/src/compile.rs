@@ -33,6 +33,8 @@ pub const KERNEL_SOURCE: &str = concat!(
     include_str!("../kernels/mmq_f16.cu"),
     "\n",
     include_str!("../kernels/decode_layers.cu"),
+    "\n",
+    include_str!("../kernels/step_gate.cu"),
 );
 
 /// The NVRTC library's version (major, minor). Call only after [`crate::probe`] succeeded.

@@ -17,8 +17,9 @@ use crate::{
 };
 
 /// Every kernel the host side launches, by its `extern "C"` name.
-pub(crate) const KERNEL_NAMES: [&str; 98] = [
+pub(crate) const KERNEL_NAMES: [&str; 99] = [
     "decode_layers",
+    "step_gate",
     "gemv_f16",
     "gemv_q8_0",
     "gemv_q4_0",

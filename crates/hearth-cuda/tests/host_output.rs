@@ -74,6 +74,7 @@ fn products_written_to_the_host_equal_products_copied_back() {
                 // Kept from pass to pass, as the engine keeps its logits.
                 let mut out = HostValues::new();
                 let written = be.host_outputs();
+                let queued = be.steps_queued_ahead();
                 // Op by op (the key's first pass), recorded, then replayed.
                 for pass in 0..5 {
                     let x: Vec<f32> = (0..tokens * cols)
@@ -85,6 +86,16 @@ fn products_written_to_the_host_equal_products_copied_back() {
                 }
                 let direct_passes = be.host_outputs() - written;
                 assert_eq!(direct_passes, if direct { 5 } else { 0 }, "{what}");
+                // Recorded and replayed steps whose GEMV writes the host are queued again
+                // ahead of the next pass (here each is called off by the pass that checks
+                // it); a step whose product is copied after it never is: that copy would
+                // wait for the next pass.
+                let ahead = be.steps_queued_ahead() - queued;
+                assert_eq!(
+                    ahead,
+                    if direct { 4 } else { 0 },
+                    "{what}: steps queued ahead"
+                );
             }
         }
     }
@@ -136,4 +147,61 @@ fn without_the_direct_path_the_product_is_copied_back() {
         assert_same_bits(&out, &want, &format!("pass {pass}"));
     }
     assert_eq!(be.host_outputs(), 0);
+}
+
+/// Passes of one key into the same memory, one after another with nothing between them: from
+/// the third on, each releases the step its predecessor queued ahead (`step_gate.rs`), and
+/// each must land its own product. The products are compared only after the last pass, so
+/// that no other pass calls a queued step off.
+fn consecutive_passes(be: &CudaBackend, seed: u64, pause: std::time::Duration) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let (rows, cols) = (16_384, 1_024);
+    let w = be
+        .load_weight(random_host_weight(GgmlType::Q8_0, rows, cols, &mut rng))
+        .expect("load");
+    let mut out = HostValues::new();
+    let mut inputs = Vec::new();
+    let mut landed = Vec::new();
+    for _ in 0..8 {
+        let x: Vec<f32> = (0..cols).map(|_| rng.gen_range(-2.0..2.0)).collect();
+        to_host(be, Some(11), &w, &x, (1, rows), &mut out);
+        landed.push(out.to_vec());
+        inputs.push(x);
+        std::thread::sleep(pause);
+    }
+    for (pass, (x, got)) in inputs.iter().zip(&landed).enumerate() {
+        let want = copied_back(be, &w, x, 1, rows);
+        assert_same_bits(got, &want, &format!("pass {pass}"));
+    }
+}
+
+#[test]
+fn consecutive_passes_release_the_steps_queued_ahead() {
+    let _serial = one_at_a_time();
+    let Some(be) = gpu() else { return };
+    let released = be.steps_released_ahead();
+    consecutive_passes(&be, 34, std::time::Duration::ZERO);
+    // Pass 0 runs op by op, pass 1 is recorded and queues pass 2's step, and so on.
+    assert_eq!(be.steps_released_ahead() - released, 6);
+    assert_eq!(be.steps_sent_again(), 0);
+}
+
+#[test]
+fn a_step_whose_gate_gave_up_waiting_is_sent_again() {
+    let _serial = one_at_a_time();
+    let Some(be) = gpu() else { return };
+    // Gates that give up at once: every step queued ahead runs again on the data before,
+    // well before its pass (a millisecond after the one before) releases it.
+    let be = be.with_gate_timeout(std::time::Duration::ZERO);
+    consecutive_passes(&be, 35, std::time::Duration::from_millis(2));
+    assert_eq!(be.steps_sent_again(), 6);
+}
+
+#[test]
+fn without_steps_ahead_the_passes_land_the_same() {
+    let _serial = one_at_a_time();
+    let Some(be) = gpu() else { return };
+    let be = be.with_steps_ahead(false);
+    consecutive_passes(&be, 36, std::time::Duration::ZERO);
+    assert_eq!(be.steps_released_ahead(), 0);
 }

@@ -51,6 +51,11 @@ pub(super) struct Chain {
 }
 
 impl Chain {
+    /// The staging slot in use: 0 the plain passes', 1 + p chained parity p's.
+    pub fn slot(&self) -> usize {
+        self.in_use
+    }
+
     pub fn new() -> Self {
         Self {
             parked: [None, None, None],
@@ -78,7 +83,7 @@ impl CudaBackend {
         chained: bool,
     ) -> Option<u64> {
         if !chained {
-            let _ = self.dev.synchronize();
+            let _ = self.synchronize();
             self.use_staging(st, 0);
             return key;
         }
@@ -88,12 +93,12 @@ impl CudaBackend {
         if let Some(event) = st.chain.events.get(parity) {
             if let Err(e) = event.synchronize() {
                 tracing::warn!("waiting for a chained step: {e:?}");
-                let _ = self.dev.synchronize();
+                let _ = self.synchronize();
             }
         }
         if !self.use_staging(st, 1 + parity) {
             // Staged into the buffer in use, whatever the recordings read: none may replay.
-            let _ = self.dev.synchronize();
+            let _ = self.synchronize();
             st.drop_graphs();
             return None;
         }

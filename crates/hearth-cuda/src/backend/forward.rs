@@ -8,6 +8,7 @@ use hearth_backend::{BackendError, DeviceVisible, HostValues};
 
 use super::memory::Pinned;
 use super::state::{self, EarlyLaunch, HostTarget, Mode, State};
+use super::step_gate::{self, SharedGate};
 use super::{CudaBackend, CudaTensor};
 
 impl CudaBackend {
@@ -35,11 +36,16 @@ impl CudaBackend {
         }
         // The last pass may have ended without reading anything back (a prompt chunk that
         // wants no logits): its copies must finish before the staging buffer is reused. A
-        // chained pass waits only for the pass whose buffer it takes.
-        let key = self.start_chain(st, key, chained);
+        // chained pass waits only for the pass whose buffer it takes, and one that releases
+        // the step queued ahead for it (`step_gate.rs`) for nothing: the pass before waited.
+        let key = if self.keep_ahead(st, key, chained, host_target) {
+            key
+        } else {
+            self.start_chain(st, key, chained)
+        };
         if !st.retired_staging.is_empty() {
             // Passes before this one may still read them.
-            let _ = self.dev.synchronize();
+            let _ = self.synchronize();
             st.retired_staging.clear();
         }
         st.arena.reset();
@@ -96,6 +102,7 @@ impl CudaBackend {
                                 staged,
                                 arena_end,
                                 host_target: st.host_target,
+                                writes_host: st.gate.wrote_host(),
                             },
                         );
                     }
@@ -111,13 +118,13 @@ impl CudaBackend {
                         )));
                     }
                 }
-                launch_graph(st, k, stream)?;
+                self.send_step(st, k)?;
             }
             Mode::Replay(k) => {
                 st.mode = Mode::Eager;
                 let early = std::mem::replace(&mut st.early_launch, EarlyLaunch::Off);
                 if early != EarlyLaunch::Done {
-                    launch_graph(st, k, stream)?;
+                    self.send_step(st, k)?;
                 }
                 // The pass may go on op by op: its tensors must not take the replayed ones'
                 // memory.
@@ -158,7 +165,7 @@ impl CudaBackend {
         out.device_visible(len, |n| {
             // NOTE: rounded up so that a step of a few more rows does not allocate again.
             let pinned = Pinned::new(ctx, (n * 4).next_power_of_two())?;
-            let values = LockedValues::zeroed(pinned, self.dev.stream().clone());
+            let values = LockedValues::zeroed(pinned, self.dev.stream().clone(), self.gate.clone());
             Ok::<_, BackendError>(Box::new(values) as Box<dyn DeviceVisible>)
         })
     }
@@ -179,7 +186,7 @@ impl CudaBackend {
         }
         .result()
         .map_err(|e| BackendError::Device(format!("read back: {e:?}")))?;
-        self.dev.synchronize()?;
+        self.synchronize()?;
         Ok(())
     }
 
@@ -217,6 +224,8 @@ impl CudaBackend {
         out: &mut Vec<f32>,
     ) -> Result<(), BackendError> {
         use rayon::prelude::*;
+        // The copies below would queue behind a step waiting for the next pass.
+        self.settle_ahead();
         let bytes = t.len() * 4;
         let mut buf = match st.read_back.take() {
             Some(b) if b.capacity() >= bytes => b,
@@ -286,25 +295,28 @@ const PINNED_READ_BACK: usize = 4 << 20;
 /// and a task of the host copy each.
 const COPY_CHUNK: usize = 1 << 18;
 
-/// Page-locked memory as [`HostValues`] hold it: f32 values, zeroed when allocated, and the
-/// stream whose work writes them.
-struct LockedValues(Pinned, Arc<CudaStream>);
+/// Page-locked memory as [`HostValues`] hold it: f32 values, zeroed when allocated, the
+/// stream whose work writes them and the backend's gate (`step_gate.rs`).
+struct LockedValues(Pinned, Arc<CudaStream>, SharedGate);
 
 impl Drop for LockedValues {
     fn drop(&mut self) {
         // A pass that failed after its graph went out may still be writing its last matmul
-        // into this memory (`host_output.rs`): that must end before the memory is freed.
+        // into this memory (`host_output.rs`), and a step queued ahead would write it again
+        // once released: that is called off, and the stream's work must end before the
+        // memory is freed.
         // NOTE: the stream, not the context: a context-wide wait fails, and spoils the
         // recording, while another backend's stream records a graph.
+        step_gate::lock(&self.2).call_off();
         let _ = self.1.synchronize();
     }
 }
 
 impl LockedValues {
-    fn zeroed(mut p: Pinned, stream: Arc<CudaStream>) -> Self {
+    fn zeroed(mut p: Pinned, stream: Arc<CudaStream>, gate: SharedGate) -> Self {
         // SAFETY: the allocation holds capacity() bytes, owned by `p`.
         unsafe { std::ptr::write_bytes(p.as_mut_ptr(), 0, p.capacity()) };
-        Self(p, stream)
+        Self(p, stream, gate)
     }
 }
 
@@ -321,18 +333,4 @@ unsafe impl DeviceVisible for LockedValues {
     fn as_mut_ptr(&mut self) -> *mut f32 {
         self.0.as_mut_ptr() as *mut f32
     }
-}
-
-/// Launches recorded step `key`, after the copy of the host data its pass staged.
-pub(super) fn launch_graph(st: &State, key: u64, stream: &CudaStream) -> Result<(), BackendError> {
-    let g = st
-        .graphs
-        .get(&key)
-        .ok_or_else(|| BackendError::Device("recorded decode step missing".into()))?;
-    st.staging
-        .copy_staged(stream)
-        .map_err(|e| BackendError::Device(e.to_string()))?;
-    g.exec
-        .launch()
-        .map_err(|e| BackendError::Device(format!("graph launch: {e:?}")))
 }

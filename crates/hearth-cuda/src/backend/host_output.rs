@@ -62,9 +62,9 @@ impl CudaBackend {
             if target == Some(HostTarget { ptr, len })
                 && self.launch_matmul_to_host(&mut st, w, x, ptr)?
             {
+                st.gate.set_wrote_host();
                 self.finish_pass(&mut st)?;
-                drop(st);
-                self.dev.synchronize()?;
+                self.wait_for_step(&mut st)?;
                 self.host_outputs.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }

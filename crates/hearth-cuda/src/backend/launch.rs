@@ -154,6 +154,10 @@ impl CudaBackend {
         if !st.mode.launches() || grid.0 == 0 || grid.1 == 0 {
             return Ok(());
         }
+        if st.mode == Mode::Eager {
+            // It would queue behind a step waiting for the next pass (`step_gate.rs`).
+            self.settle_ahead();
+        }
         let f = self.dev.function(name)?;
         allow_shared(f, shared_bytes)?;
         if self.overlap_launches {

@@ -335,9 +335,10 @@ impl Drop for Pinned {
 /// A pass's host data on its way to the device (token ids, positions, block tables): page-
 /// locked bytes, and a device buffer of the same size that holds them at the same offsets.
 /// A pass run op by op copies each array as it is staged. A recorded or replayed step copies
-/// everything staged in one piece, queued just before its graph, so that the graph holds no
-/// copy nodes: a copy node between two kernels ends the overlap of their launches (on an
-/// H200, the two that the first layer of a Qwen3-0.6B step held cost about 11 µs a step).
+/// everything staged in one piece, queued just before its graph (or by the gate of a step
+/// queued ahead, `step_gate.rs`), so that the graph holds no copy nodes: a copy node between
+/// two kernels ends the overlap of their launches (on an H200, the two that the first layer
+/// of a Qwen3-0.6B step held cost about 11 µs a step).
 pub(super) struct Staging {
     pub host: Pinned,
     _dev: CudaSlice<u8>,
@@ -369,6 +370,11 @@ impl Staging {
         let src = self.host.push(data)?;
         let offset = src.as_ptr() as usize - base;
         Some((self.dev + offset as u64, src))
+    }
+
+    /// The device buffer's address: staged bytes land at their page-locked offset from it.
+    pub fn device_address(&self) -> u64 {
+        self.dev
     }
 
     /// Queues the copy of everything staged since the last reset to the device.

@@ -19,6 +19,7 @@ mod mlx;
 mod mmq;
 mod staging;
 mod state;
+mod step_gate;
 mod top_k;
 mod upload;
 mod weight_heap;
@@ -178,6 +179,19 @@ pub struct CudaBackend {
     rows4: bool,
     /// Launches of those kernels so far.
     rows4_launches: AtomicUsize,
+    /// The gate of decode steps queued ahead of the host (`step_gate.rs`).
+    gate: step_gate::SharedGate,
+    /// Whether a step whose logits come back is queued again ahead of the next pass
+    /// (`step_gate.rs`; `HEARTH_CUDA_AHEAD=0` for measurements turns it off).
+    ahead: bool,
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // A step queued ahead would wait for a pass that never comes; called off, it runs
+        // again, and must end before its graph and buffers go.
+        let _ = self.synchronize();
+    }
 }
 
 impl CudaBackend {
@@ -191,6 +205,7 @@ impl CudaBackend {
             dev.info().total_memory as usize,
         );
         let staging = Staging::new(dev.context(), dev.stream(), PINNED_START)?;
+        let gate = step_gate::StepGate::new(dev.context(), dev.stream())?;
         let overlap_launches = dependent_launch::overlap_launches(dev.info().compute_capability);
         let one_kernel_decode = decode_layers::decode_layers_by_default(&dev);
         tracing::debug!(
@@ -221,6 +236,8 @@ impl CudaBackend {
             host_outputs: AtomicUsize::new(0),
             rows4: measurement_setting("HEARTH_CUDA_ROWS4", 0..=1) != Some(0),
             rows4_launches: AtomicUsize::new(0),
+            gate: Arc::new(Mutex::new(gate)),
+            ahead: step_gate::ahead_by_default(),
         })
     }
 

@@ -3,7 +3,6 @@
 
 use hearth_backend::{RopeRows, RopeSpec};
 
-use super::forward::launch_graph;
 use super::memory::Staging;
 use super::state::{EarlyLaunch, Mode, StageKey, State};
 use super::CudaBackend;
@@ -49,6 +48,11 @@ impl CudaBackend {
             return Err(replay_mismatch());
         }
         let may_grow = st.mode == Mode::Eager;
+        if may_grow {
+            // Its copy would queue behind a step waiting for the next pass, and the
+            // pass that releases that step would overwrite these bytes first.
+            self.settle_ahead();
+        }
         // NOTE: checked before pushing: a push that fits copies the bytes, and pushing twice
         // would stage every array twice.
         if !st.staging.host.fits(bytes.len()) {
@@ -59,7 +63,7 @@ impl CudaBackend {
                 });
             }
             // Copies queued from the old buffers must finish before they go.
-            self.dev.synchronize()?;
+            self.synchronize()?;
             // NOTE: at least doubled, so that a pass staging more and more grows it rarely;
             // an array larger than that gets just its own room (a long prompt's upload would
             // otherwise hold twice its size on the device for good).
@@ -105,7 +109,7 @@ impl CudaBackend {
             std::cmp::Ordering::Less => Ok(()),
             std::cmp::Ordering::Equal => {
                 st.early_launch = EarlyLaunch::Done;
-                launch_graph(st, k, self.dev.stream()).map_err(|e| CudaError::Driver {
+                self.send_step(st, k).map_err(|e| CudaError::Driver {
                     during: "replaying a decode step",
                     message: e.to_string(),
                 })

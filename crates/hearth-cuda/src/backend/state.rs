@@ -9,6 +9,9 @@
 //!                             launches the graph
 //!  begin_forward(Some(k)) #3+ replay: ops only refresh their host data in pinned memory;
 //!                             to_host copies it to the device and launches the graph
+//!                             (or the graph went out as soon as the data was staged,
+//!                             `staging.rs`, or was queued ahead behind a gate that the
+//!                             staged data releases, `step_gate.rs`)
 //! ```
 
 use std::cell::Cell;
@@ -19,6 +22,7 @@ use cudarc::driver::{CudaEvent, CudaGraph};
 use super::chained::Chain;
 use super::decode_layers::DecodeLayersState;
 use super::memory::{Arena, Kept, Pinned, Staging};
+use super::step_gate::GatePass;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -46,6 +50,9 @@ pub(super) struct Graph {
     /// The page-locked memory its pass's last matmul writes (`host_output.rs`), an argument
     /// of the recorded kernel: a pass aimed elsewhere records afresh.
     pub host_target: Option<HostTarget>,
+    /// Whether that matmul writes it there itself (its result needs no copy after the
+    /// graph), so that the step may be queued ahead of the next pass (`step_gate.rs`).
+    pub writes_host: bool,
 }
 
 /// Page-locked memory that a pass's last matmul writes straight into: the host address of
@@ -124,6 +131,8 @@ pub(super) struct State {
     pub tensor_at: usize,
     /// Chained greedy steps' buffers and the ids not yet taken (`chained.rs`).
     pub chain: Chain,
+    /// The pass's dealings with the gate of steps queued ahead (`step_gate.rs`).
+    pub gate: GatePass,
     /// How many blocks of a kernel, at a block size and shared memory, a multiprocessor holds
     /// at once (`launch.rs` `resident_per_sm`).
     pub resident: Vec<((&'static str, u32, u32), usize)>,
@@ -168,6 +177,7 @@ impl State {
             tensor_log: HashMap::new(),
             tensor_at: 0,
             chain: Chain::new(),
+            gate: GatePass::default(),
             resident: Vec::new(),
         }
     }

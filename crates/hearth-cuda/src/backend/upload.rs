@@ -68,6 +68,8 @@ impl CudaBackend {
         parts: &[(usize, &[u8])],
         len: usize,
     ) -> Result<(u64, WeightMemory), BackendError> {
+        // Its copies would queue behind a step waiting for the next pass (`step_gate.rs`).
+        self.settle_ahead();
         let stream = self.dev.stream();
         let oom = |e: String| BackendError::OutOfMemory(format!("weight {name}: {e}"));
         let total = len + WEIGHT_PADDING;
