@@ -5,8 +5,11 @@ Usage: summarize_timeline.py TRACE.csv [API.csv]
   TRACE.csv  nsys stats --report cuda_gpu_trace --format csv
   API.csv    nsys stats --report cuda_api_trace --format csv (optional: the host's side)
 
-Kernels are cut into steps where the GPU idled more than GAP_NS between two of them. For the
-steps with the most common kernel count (the recorded ones), each kernel's time is
+Kernels are cut into steps where the GPU idled more than GAP_NS between two of them, and at
+each gate of a step queued ahead of the host (`step_gate`, which keeps the GPU busy while it
+waits for the host): the gates are left out of the steps and summarized on their own, with
+the time from the kernel before each to the kernel after it. For the steps with the most
+common kernel count (the recorded ones), each kernel's time is
   added   its end minus the end of the kernel before it (what it adds to the step),
   runs    its own duration (it may start before the kernel before it ends),
 averaged over the steps. Printed: the step's time, then the kernels grouped by name and by the
@@ -21,6 +24,7 @@ import statistics
 import sys
 
 GAP_NS = 5000
+GATE = "step_gate"
 
 
 def kernels(path):
@@ -40,14 +44,33 @@ def kernels(path):
 def steps(rows):
     out, cur, last_end = [], [], None
     for start, end, name in rows:
-        if last_end is not None and start - last_end > GAP_NS:
-            out.append(cur)
+        if name == GATE or (last_end is not None and start - last_end > GAP_NS):
+            if cur:
+                out.append(cur)
             cur = []
-        cur.append((start, end, name))
+        if name != GATE:
+            cur.append((start, end, name))
         last_end = end if last_end is None else max(last_end, end)
     if cur:
         out.append(cur)
     return out
+
+
+def gates(rows):
+    """Per gate between two kernels: the time from the kernel before it ending to it
+    starting, its own time, and from its end to the kernel after it starting (us)."""
+    out = []
+    for i, (start, end, name) in enumerate(rows):
+        if name != GATE or i == 0 or i + 1 >= len(rows):
+            continue
+        before = max(r[1] for r in rows[max(0, i - 8) : i])
+        out.append(((start - before) / 1000, (end - start) / 1000, (rows[i + 1][0] - end) / 1000))
+    if out:
+        med = statistics.median
+        print(f"gates of steps queued ahead: {len(out)}; medians, us:")
+        print(f"  the kernel before ending to the gate's start {med(g[0] for g in out):8.2f}")
+        print(f"  the gate (waiting for the host, copying)     {med(g[1] for g in out):8.2f}")
+        print(f"  the gate's end to the step's first kernel    {med(g[2] for g in out):8.2f}")
 
 
 def trace_rows(path):
@@ -101,6 +124,7 @@ def main():
     rows = kernels(sys.argv[1])
     if not rows:
         return
+    gates(rows)
     all_steps = steps(rows)
     counts = collections.Counter(len(s) for s in all_steps)
     n, _ = counts.most_common(1)[0]
