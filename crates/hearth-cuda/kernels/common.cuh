@@ -123,7 +123,8 @@ __device__ __forceinline__ void await_previous_kernels() {
 // triggering after their loop over the row lost (0.6B 848-907, 8B 315-319 against 907-938 and
 // 333-334), and so did GEMVs of at most 600 or 800 blocks (one wave) triggering after their
 // wait (0.6B 911-983 against 959-977, 8B 321-338 against 335-341): the next kernel's early
-// blocks cost these more than its launch did.
+// blocks cost these more than its launch did. (The gated GEMV now lets the down projection
+// launch after its wait, with every kernel at one shared-memory carveout: Q8A_GLU_TRIGGER.)
 // NOTE (H200, BENCHMARKS.md, 2026-11-29, closing): the norms, q/k norm and rope and the wide
 // attention letting the next kernel launch before their own wait instead measured even:
 // Qwen3-0.6B tg128 `--greedy` Q8_0 1,383-1,385 against 1,377 tok/s, Q4_K_M 1,430-1,431 against
@@ -133,6 +134,14 @@ __device__ __forceinline__ void await_previous_kernels() {
 #endif
 __device__ __forceinline__ void let_dependents_launch() {
 #if __CUDA_ARCH__ >= 900 && SMALL_TRIGGER
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// griddepcontrol.launch_dependents whatever SMALL_TRIGGER says: for the gated GEMV, whose
+// dependent is the down projection (see Q8A_GLU_TRIGGER in gemv_q8a.cu).
+__device__ __forceinline__ void launch_dependents_now() {
+#if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

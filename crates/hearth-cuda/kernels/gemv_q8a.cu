@@ -90,6 +90,25 @@
 #define Q8A_STAGE_TWO 1
 #endif
 
+// Whether the gated GEMV with staged rows lets the kernel after it (the down projection)
+// launch once its own wait is over (1), rather than as its blocks exit (0), where its rows are
+// all staged before that wait (rows of one or two windows, as 1,024 Q8_0 columns): from then
+// on it reads only activations, and the down projection's blocks, resident beside its own,
+// stage their weights meanwhile instead of after it has ended. Only with every kernel at the
+// same shared-memory carveout (device.rs `uniform_carveout`): with the driver's split, the down
+// projection's blocks could not start beside the gated GEMV's, and this was a loss. The Q4_K
+// kernel that reads its rows into registers (Q8A_DIRECT_Q4K) does not trigger: its registers
+// leave no room for the down projection's blocks.
+//
+// NOTE (H200, BENCHMARKS.md 2026-11-30, later; `binary_ab.sh`, two rounds, tok/s): with the
+// driver's split, Qwen3-0.6B Q8_0 tg128 1,425.0 / 1,425.9 -> 1,323.7 / 1,322.6 (and 1,341.6 /
+// 1,336.6 triggering before the first copies); with every kernel at the most shared memory,
+// 1,415.2 / 1,418.0 -> 1,456.0 / 1,459.0. Also triggering from the Q4_K kernel cost Qwen3-0.6B
+// Q4_K_M 0.5% more (1,472.4 / 1,474.4 -> 1,462.1 / 1,466.4).
+#ifndef Q8A_GLU_TRIGGER
+#define Q8A_GLU_TRIGGER 1
+#endif
+
 // Blocks per multiprocessor the Q6_K GEMV's registers must allow (Q8aQ6_K::dot's funnel
 // shifts hold more words than its 16-bit loads did: 96 registers, 5 blocks, unbounded).
 //
@@ -547,6 +566,7 @@ __device__ __forceinline__ void gemv_warp_rows_q8a_at(uint4 (*window)[R][Q8A_WIN
 #if Q8A_EARLY_STAGE
     await_previous_kernels();
 #endif
+    if (Q8A_GLU_TRIGGER && glu && (n_windows == 1 || both_staged)) launch_dependents_now();
     const RowsOf<R> base = gemv_rows_base<R>(y, row0, n_rows, mode, lane);
     if (make_own_q8(own, n_cols)) {
         xq = own.q;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream};
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream};
 use cudarc::nvrtc::Ptx;
 use hearth_quant::GgmlType;
 
@@ -223,10 +223,18 @@ impl CudaDevice {
         let stream = ctx.new_stream().map_err(driver("stream creation"))?;
         let (module, origin) = load_module(&ctx, &info, cache)?;
         let mut functions = HashMap::new();
+        let carveout = uniform_carveout(&info);
         for name in KERNEL_NAMES {
             let f = module
                 .load_function(name)
                 .map_err(driver("kernel lookup"))?;
+            if carveout && !KEEP_L1.contains(&name) {
+                f.set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                    sys::CUshared_carveout::CU_SHAREDMEM_CARVEOUT_MAX_SHARED as i32,
+                )
+                .map_err(driver("kernel shared-memory carveout"))?;
+            }
             functions.insert(name, f);
         }
         Ok(CudaDevice {
@@ -340,6 +348,30 @@ impl CudaDevice {
     }
 }
 
+/// `HEARTH_CUDA_CARVEOUT=0` leaves every kernel's split of on-chip memory between L1 and shared
+/// memory to the driver (to compare).
+const CARVEOUT_VAR: &str = "HEARTH_CUDA_CARVEOUT";
+
+/// Kernels that keep the driver's split: they load their weights through L1 into registers
+/// (Q8A_DIRECT_Q4K, kernels/gemv_q8a.cu), and the L1 left beside the most shared memory holds
+/// too few of those loads in flight.
+const KEEP_L1: [&str; 3] = ["gemv_q8a_q4_k", "gemv_q8a_own_q4_k", "gemv3_q8a_q4_k"];
+
+/// Whether every kernel but [`KEEP_L1`]'s asks for the most shared memory an SM can give
+/// (Hopper and later, unless turned off). Blocks of two kernels seem to share a
+/// multiprocessor only where both want the same split: with the driver's choice, which differs
+/// from kernel to kernel, the gated GEMV letting the down projection start early
+/// (Q8A_GLU_TRIGGER, kernels/gemv_q8a.cu) measured 7% slower; with one split, faster.
+///
+/// NOTE (H200, BENCHMARKS.md 2026-11-30, later; `binary_ab.sh`, two rounds, against the
+/// driver's split and no early trigger): with both, Qwen3-0.6B Q8_0 tg128 1,429 / 1,432 ->
+/// 1,459 / 1,453 tok/s, 64 sequences 19,272 / 19,075 -> 20,100 / 20,155; the early trigger
+/// alone 1,324 / 1,323. Every kernel at the most shared memory, the Q4_K ones too, cost
+/// Qwen3-0.6B Q4_K_M 0.4-0.9% and Llama-3.1-8B Q4_K_M 1.3-1.4%; with KEEP_L1, even and 0.3%.
+fn uniform_carveout(info: &GpuInfo) -> bool {
+    info.compute_capability.0 >= 9 && std::env::var(CARVEOUT_VAR).map_or(true, |v| v != "0")
+}
+
 /// The environment variable of [`kernel_source`].
 const DEFINES_VAR: &str = "HEARTH_CUDA_DEFINES";
 
@@ -399,4 +431,19 @@ fn load_module(
             stored,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_that_keep_their_l1_are_kernels_of_the_module() {
+        for name in KEEP_L1 {
+            assert!(
+                KERNEL_NAMES.contains(&name),
+                "{name} is not in KERNEL_NAMES"
+            );
+        }
+    }
 }
