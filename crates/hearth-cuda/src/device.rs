@@ -349,7 +349,7 @@ impl CudaDevice {
 }
 
 /// `HEARTH_CUDA_CARVEOUT=0` leaves every kernel's split of on-chip memory between L1 and shared
-/// memory to the driver (to compare).
+/// memory to the driver, and compiles the gated GEMV's early trigger off (to compare).
 const CARVEOUT_VAR: &str = "HEARTH_CUDA_CARVEOUT";
 
 /// Kernels that keep the driver's split: they load their weights through L1 into registers
@@ -369,7 +369,12 @@ const KEEP_L1: [&str; 3] = ["gemv_q8a_q4_k", "gemv_q8a_own_q4_k", "gemv3_q8a_q4_
 /// alone 1,324 / 1,323. Every kernel at the most shared memory, the Q4_K ones too, cost
 /// Qwen3-0.6B Q4_K_M 0.4-0.9% and Llama-3.1-8B Q4_K_M 1.3-1.4%; with KEEP_L1, even and 0.3%.
 fn uniform_carveout(info: &GpuInfo) -> bool {
-    info.compute_capability.0 >= 9 && std::env::var(CARVEOUT_VAR).map_or(true, |v| v != "0")
+    info.compute_capability.0 >= 9 && !carveout_turned_off()
+}
+
+/// Whether `HEARTH_CUDA_CARVEOUT=0` is set.
+fn carveout_turned_off() -> bool {
+    std::env::var(CARVEOUT_VAR).is_ok_and(|v| v == "0")
 }
 
 /// The environment variable of [`kernel_source`].
@@ -379,14 +384,21 @@ const DEFINES_VAR: &str = "HEARTH_CUDA_DEFINES";
 /// (space-separated): tuning constants the kernels leave open (`#ifndef`, such as
 /// `Q8A_WINDOW_BYTES`) can then be measured without a rebuild. The defines are part of the
 /// source, so of the cache key too.
+///
+/// Without the one carveout (`HEARTH_CUDA_CARVEOUT=0`) the gated GEMV's early trigger, a loss
+/// then, is compiled off too (`Q8A_GLU_TRIGGER 0`), unless the defines name it.
 fn kernel_source() -> std::borrow::Cow<'static, str> {
-    let Ok(defines) = std::env::var(DEFINES_VAR) else {
-        return KERNEL_SOURCE.into();
-    };
+    let defines = std::env::var(DEFINES_VAR).unwrap_or_default();
     let mut source = String::new();
     for d in defines.split_whitespace() {
         let (name, value) = d.split_once('=').unwrap_or((d, ""));
         source.push_str(&format!("#define {name} {value}\n"));
+    }
+    if carveout_turned_off() && !defines.contains("Q8A_GLU_TRIGGER") {
+        source.push_str("#define Q8A_GLU_TRIGGER 0\n");
+    }
+    if source.is_empty() {
+        return KERNEL_SOURCE.into();
     }
     source.push_str(KERNEL_SOURCE);
     source.into()
