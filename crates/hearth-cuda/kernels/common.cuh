@@ -102,14 +102,34 @@ __device__ __forceinline__ void scale_min_k4(const u8* sc, int g, int& scale, in
 // shared-memory carveout): Qwen3-0.6B Q8_0 tg128 1,446.3 / 1,448.6 -> 1,470.0 / 1,465.5 tok/s,
 // `--greedy` 1,440.1 / 1,443.9 -> 1,453.0 / 1,453.7; other models, prompts and batches not
 // measured with it yet.
+// NOTE (H200, BENCHMARKS.md 2026-11-30, evening, two rounds, against the gated GEMV's trigger
+// alone): Qwen3-0.6B Q8_0 tg128 1,459.4 / 1,459.5 -> 1,465.5 / 1,474.5 tok/s, but Q4_K_M
+// 1,481.2 / 1,483.5 -> 1,346.9 / 1,345.4, Llama-3.1-8B Q4_K_M 449.4 / 449.7 -> 416.3 / 416.0
+// and 64 sequences of Q8_0 20,138 / 20,105 -> 18,601 / 18,604. Leaving out the grids of more
+// than 1,056 blocks (EARLY_TRIGGER_MAX_BLOCKS): the 8B 442.0 / 442.6. Leaving out the Q4_K
+// kernel that reads its rows into registers (EARLY_TRIGGER_Q4K_REG 0): Q4_K_M 1,496.9, the 8B
+// 449.1 / 449.1, but 64 sequences still 18,491 / 18,599 (Q8_0) and 17,606 (Q4_K_M, against
+// 18,312 / 18,328). The int8 GEMVs alone triggering (gemv_q8a.cu Q8A_TRIGGER 2) kept the
+// single-stream gain without the batches' loss.
 #ifndef EARLY_TRIGGER
 #define EARLY_TRIGGER 0
 #endif
-__device__ __forceinline__ void await_previous_kernels() {
+// With EARLY_TRIGGER, grids of more blocks than this do not trigger early (0: no limit).
+#ifndef EARLY_TRIGGER_MAX_BLOCKS
+#define EARLY_TRIGGER_MAX_BLOCKS 0
+#endif
+// With EARLY_TRIGGER, whether the Q4_K kernel that reads its rows into registers triggers too.
+#ifndef EARLY_TRIGGER_Q4K_REG
+#define EARLY_TRIGGER_Q4K_REG 1
+#endif
+__device__ __forceinline__ void await_previous_kernels(bool may_trigger = true) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #if EARLY_TRIGGER
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+    if (may_trigger && (EARLY_TRIGGER_MAX_BLOCKS == 0 || blocks <= EARLY_TRIGGER_MAX_BLOCKS)) {
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    }
 #endif
 #endif
 }
@@ -128,7 +148,8 @@ __device__ __forceinline__ void await_previous_kernels() {
 // 333-334), and so did GEMVs of at most 600 or 800 blocks (one wave) triggering after their
 // wait (0.6B 911-983 against 959-977, 8B 321-338 against 335-341): the next kernel's early
 // blocks cost these more than its launch did. (The gated GEMV now lets the down projection
-// launch after its wait, with every kernel at one shared-memory carveout: Q8A_GLU_TRIGGER.)
+// launch after its wait, with every kernel at one shared-memory carveout, and so do the other
+// int8 GEMVs of staged rows: Q8A_TRIGGER.)
 // NOTE (H200, BENCHMARKS.md, 2026-11-29, closing): the norms, q/k norm and rope and the wide
 // attention letting the next kernel launch before their own wait instead measured even:
 // Qwen3-0.6B tg128 `--greedy` Q8_0 1,383-1,385 against 1,377 tok/s, Q4_K_M 1,430-1,431 against
@@ -142,8 +163,8 @@ __device__ __forceinline__ void let_dependents_launch() {
 #endif
 }
 
-// griddepcontrol.launch_dependents whatever SMALL_TRIGGER says: for the gated GEMV, whose
-// dependent is the down projection (see Q8A_GLU_TRIGGER in gemv_q8a.cu).
+// griddepcontrol.launch_dependents whatever SMALL_TRIGGER says: for the int8 GEMVs of staged
+// rows (see Q8A_TRIGGER in gemv_q8a.cu).
 __device__ __forceinline__ void launch_dependents_now() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

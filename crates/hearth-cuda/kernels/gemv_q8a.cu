@@ -90,23 +90,28 @@
 #define Q8A_STAGE_TWO 1
 #endif
 
-// Whether the gated GEMV with staged rows lets the kernel after it (the down projection)
-// launch once its own wait is over (1), rather than as its blocks exit (0), where its rows are
-// all staged before that wait (rows of one or two windows, as 1,024 Q8_0 columns): from then
-// on it reads only activations, and the down projection's blocks, resident beside its own,
-// stage their weights meanwhile instead of after it has ended. Only with every kernel at the
-// same shared-memory carveout (device.rs `uniform_carveout`): with the driver's split, the down
-// projection's blocks could not start beside the gated GEMV's, and this was a loss. The Q4_K
-// kernel that reads its rows into registers (Q8A_DIRECT_Q4K) does not trigger: its registers
-// leave no room for the down projection's blocks.
+// When an int8 GEMV of staged rows lets the kernel after it launch: 2 (the default) every such
+// GEMV once its own wait is over; 1 only the gated GEMV, and only where its rows are all staged
+// before that wait (rows of one or two windows, as 1,024 Q8_0 columns); 0 none, as its blocks
+// exit. After its wait such a GEMV reads only activations: the next kernel's blocks, resident
+// beside its own, get ready meanwhile (the down projection's stage their weights) instead of
+// after it has ended. Only with every kernel at the same shared-memory carveout (device.rs
+// `uniform_carveout`): with the driver's split, the next kernel's blocks could not start
+// beside the GEMV's, and the gated GEMV's trigger was a loss. The Q4_K kernel that reads its
+// rows into registers (Q8A_DIRECT_Q4K) does not trigger: its registers leave no room.
 //
-// NOTE (H200, BENCHMARKS.md 2026-11-30, later; `binary_ab.sh`, two rounds, tok/s): with the
-// driver's split, Qwen3-0.6B Q8_0 tg128 1,425.0 / 1,425.9 -> 1,323.7 / 1,322.6 (and 1,341.6 /
-// 1,336.6 triggering before the first copies); with every kernel at the most shared memory,
-// 1,415.2 / 1,418.0 -> 1,456.0 / 1,459.0. Also triggering from the Q4_K kernel cost Qwen3-0.6B
-// Q4_K_M 0.5% more (1,472.4 / 1,474.4 -> 1,462.1 / 1,466.4).
-#ifndef Q8A_GLU_TRIGGER
-#define Q8A_GLU_TRIGGER 1
+// NOTE (H200, BENCHMARKS.md 2026-11-30, later; `binary_ab.sh`, two rounds, tok/s), the gated
+// GEMV alone (1): with the driver's split, Qwen3-0.6B Q8_0 tg128 1,425.0 / 1,425.9 -> 1,323.7 /
+// 1,322.6 (and 1,341.6 / 1,336.6 triggering before the first copies); with every kernel at
+// the most shared memory, 1,415.2 / 1,418.0 -> 1,456.0 / 1,459.0. Also triggering from the
+// Q4_K kernel cost Qwen3-0.6B Q4_K_M 0.5% more (1,472.4 / 1,474.4 -> 1,462.1 / 1,466.4).
+// NOTE (H200, BENCHMARKS.md 2026-11-30, evening), 1 -> 2: Qwen3-0.6B Q8_0 tg128 1,455.2 /
+// 1,455.5 -> 1,469.3 / 1,469.8, `--greedy` +0.8%; Q4_K_M +0.2%; 64 sequences, pp512, a
+// 32-token prompt and Llama-3.1-8B Q4_K_M even. Only the GEMVs whose rows were all staged
+// gave the same. Every kernel triggering after its wait instead (common.cuh EARLY_TRIGGER):
+// the same single streams but 64 sequences -7.5%.
+#ifndef Q8A_TRIGGER
+#define Q8A_TRIGGER 2
 #endif
 
 // Blocks per multiprocessor the Q6_K GEMV's registers must allow (Q8aQ6_K::dot's funnel
@@ -566,7 +571,9 @@ __device__ __forceinline__ void gemv_warp_rows_q8a_at(uint4 (*window)[R][Q8A_WIN
 #if Q8A_EARLY_STAGE
     await_previous_kernels();
 #endif
-    if (Q8A_GLU_TRIGGER && glu && (n_windows == 1 || both_staged)) launch_dependents_now();
+    if (Q8A_TRIGGER == 2 || (Q8A_TRIGGER == 1 && glu && (n_windows == 1 || both_staged))) {
+        launch_dependents_now();
+    }
     const RowsOf<R> base = gemv_rows_base<R>(y, row0, n_rows, mode, lane);
     if (make_own_q8(own, n_cols)) {
         xq = own.q;
@@ -720,7 +727,7 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
     };
     int b = lane / 8;
     if (b < n_blocks) load(b, head, q);
-    await_previous_kernels();
+    await_previous_kernels(EARLY_TRIGGER_Q4K_REG);
     const RowsBase base = gemv_rows_base(y, row0, n_rows, mode, lane);
     if (make_own_q8(own, n_cols)) {
         xq = own.q;

@@ -361,7 +361,7 @@ const KEEP_L1: [&str; 3] = ["gemv_q8a_q4_k", "gemv_q8a_own_q4_k", "gemv3_q8a_q4_
 /// (Hopper and later, unless turned off). Blocks of two kernels seem to share a
 /// multiprocessor only where both want the same split: with the driver's choice, which differs
 /// from kernel to kernel, the gated GEMV letting the down projection start early
-/// (Q8A_GLU_TRIGGER, kernels/gemv_q8a.cu) measured 7% slower; with one split, faster.
+/// (Q8A_TRIGGER, kernels/gemv_q8a.cu) measured 7% slower; with one split, faster.
 ///
 /// NOTE (H200, BENCHMARKS.md 2026-11-30, later; `binary_ab.sh`, two rounds, against the
 /// driver's split and no early trigger): with both, Qwen3-0.6B Q8_0 tg128 1,429 / 1,432 ->
@@ -385,8 +385,8 @@ const DEFINES_VAR: &str = "HEARTH_CUDA_DEFINES";
 /// `Q8A_WINDOW_BYTES`) can then be measured without a rebuild. The defines are part of the
 /// source, so of the cache key too.
 ///
-/// Without the one carveout (`HEARTH_CUDA_CARVEOUT=0`) the gated GEMV's early trigger, a loss
-/// then, is compiled off too (`Q8A_GLU_TRIGGER 0`), unless the defines name it.
+/// Without the one carveout (`HEARTH_CUDA_CARVEOUT=0`) the int8 GEMVs' early trigger, a loss
+/// then, is compiled off too (`Q8A_TRIGGER 0`), unless the defines name it.
 fn kernel_source() -> std::borrow::Cow<'static, str> {
     let defines = std::env::var(DEFINES_VAR).unwrap_or_default();
     let mut source = String::new();
@@ -394,8 +394,8 @@ fn kernel_source() -> std::borrow::Cow<'static, str> {
         let (name, value) = d.split_once('=').unwrap_or((d, ""));
         source.push_str(&format!("#define {name} {value}\n"));
     }
-    if carveout_turned_off() && !defines.contains("Q8A_GLU_TRIGGER") {
-        source.push_str("#define Q8A_GLU_TRIGGER 0\n");
+    if carveout_turned_off() && !defines.contains("Q8A_TRIGGER") {
+        source.push_str("#define Q8A_TRIGGER 0\n");
     }
     if source.is_empty() {
         return KERNEL_SOURCE.into();
