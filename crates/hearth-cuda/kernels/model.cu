@@ -557,6 +557,28 @@ __device__ __forceinline__ bool spans_short(u32 n) {
     return P > 0 && n <= (u32)(WARPS * P);
 }
 
+// What an attention kernel does before it reads what earlier kernels wrote: waits for them,
+// then (the few-token steps' wide blocks) lets the next kernel launch.
+template <int WARPS>
+__device__ __forceinline__ void attend_wait() {
+    await_previous_kernels();
+    if (WARPS > 4) let_dependents_launch();
+}
+
+// Whether attend_short loads the cache rows of positions before the token's own before its
+// wait (1), where no kernel of the step writes them (a decode step whose attention writes the
+// new rows itself), or after it (0). The kernel before (q/k norm and rope) lets this one launch
+// once its own wait is over, so the rows are in registers by the time the query is ready,
+// where before they were asked of L2 (prefetch_span_kv) and loaded after the wait.
+// NOTE (H200, BENCHMARKS.md 2026-11-30, evening; `binary_ab.sh`, two rounds, tok/s): Qwen3-0.6B
+// Q8_0 tg128 1,480.2 / 1,490.4 -> 1,497.8 / 1,498.3, `--greedy` 1,477.2 / 1,481.9 -> 1,485.9 /
+// 1,492.3, tg256 `--greedy` 1,303.6 -> 1,311.2; Q4_K_M tg128 1,492.6 / 1,488.1 -> 1,494.2 /
+// 1,478.9; 64 sequences even; Llama-3.1-8B Q4_K_M 449.2 / 449.7 -> 448.7 / 448.2. A timeline
+// put attention at 3.73 µs a layer, against 4.07 before this and the GEMVs' triggers.
+#ifndef ATTN_SHORT_EARLY_ROWS
+#define ATTN_SHORT_EARLY_ROWS 1
+#endif
+
 // A lane's DPL f16 values of a cache row, two to a word.
 template <int DPL>
 struct LaneHalves {
@@ -650,25 +672,36 @@ struct OwnRowWrite {
 // the values already in registers. The arithmetic of attend_span but for the order of the f32
 // sums (q·k over a warp's lanes, L over the warps). attend_span's two passes wait for the
 // cache twice and for the kept rows in between (Qwen3-0.6B: 7.5 µs a layer for at most 128
-// positions, against about 2 µs of loads and arithmetic).
+// positions, against about 2 µs of loads and arithmetic). With `wait_here` the caller has not
+// waited for the kernels before (attend_wait): the rows of earlier positions are loaded first,
+// then it waits, then loads the token's own row and the query, which those kernels wrote.
 template <int DPL, int WARPS, int P>
 __device__ __forceinline__ bool attend_short(const float* qh, const AttnSpan& sp, float& mx,
                                              float& total, float (&o)[DPL], float* sacc,
-                                             float* s_max, float* s_sum, OwnRowWrite own_write) {
+                                             float* s_max, float* s_sum, OwnRowWrite own_write,
+                                             bool wait_here) {
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const u32 n = sp.j1 - sp.j0;
-    float qv[DPL];
-#pragma unroll
-    for (int d = 0; d < DPL; ++d) qv[d] = d < sp.n_mine ? round_f16(qh[sp.d0 + d]) : 0.f;
     LaneHalves<DPL> kh[P], vh[P];
 #pragma unroll
     for (int u = 0; u < P; ++u) {
         const u32 i = warp + u * WARPS, j = sp.j0 + i;
-        if (i >= n) continue;
-        const size_t at = sp.own(j) ? 0 : sp.row(j) + sp.d0;
-        kh[u] = load_lane_halves<DPL>(sp.kc, at, sp.own(j) ? sp.knewh : nullptr, sp.d0, sp.n_mine);
-        vh[u] = load_lane_halves<DPL>(sp.vc, at, sp.own(j) ? sp.vnewh : nullptr, sp.d0, sp.n_mine);
+        if (i >= n || sp.own(j)) continue;
+        const size_t at = sp.row(j) + sp.d0;
+        kh[u] = load_lane_halves<DPL>(sp.kc, at, nullptr, sp.d0, sp.n_mine);
+        vh[u] = load_lane_halves<DPL>(sp.vc, at, nullptr, sp.d0, sp.n_mine);
     }
+    if (wait_here) attend_wait<WARPS>();
+#pragma unroll
+    for (int u = 0; u < P; ++u) {
+        const u32 i = warp + u * WARPS, j = sp.j0 + i;
+        if (i >= n || !sp.own(j)) continue;
+        kh[u] = load_lane_halves<DPL>(sp.kc, 0, sp.knewh, sp.d0, sp.n_mine);
+        vh[u] = load_lane_halves<DPL>(sp.vc, 0, sp.vnewh, sp.d0, sp.n_mine);
+    }
+    float qv[DPL];
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) qv[d] = d < sp.n_mine ? round_f16(qh[sp.d0 + d]) : 0.f;
     if (own_write.k != nullptr) {
 #pragma unroll
         for (int u = 0; u < P; ++u) {
@@ -743,11 +776,14 @@ __device__ __forceinline__ bool attend_short(const float* qh, const AttnSpan& sp
 // values `o` (its lane's DPL dimensions, already divided by L); the other warps return false.
 // All threads of the block call it. head_dim must be a multiple of 8. With `own_write`, a span
 // short enough for attend_short (spans_short) also has the token's own key and value stored
-// there by the warp that loads them; other spans ignore it.
+// there by the warp that loads them; other spans ignore it. With `wait_here` the caller has not
+// waited for the kernels before: attend_span does (attend_wait), attend_short after loading
+// the rows of earlier positions, which only earlier steps may have written.
 template <int DPL, int WARPS = 4, int KEPT = ATTN_KEPT>
 __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp, float& mx,
                                             float& total, float (&o)[DPL],
-                                            OwnRowWrite own_write = NO_OWN_ROW_WRITE) {
+                                            OwnRowWrite own_write = NO_OWN_ROW_WRITE,
+                                            bool wait_here = false) {
     static_assert(WARPS <= WARP_SIZE, "a warp's lanes reduce the warps' partial results");
     // NOTE: WARPS is a template constant. A version that read it from blockDim, its shared
     // arrays sized for 16 warps, ran 4-warp blocks 9% slower on an H100 (Qwen3-0.6B tg128
@@ -762,9 +798,10 @@ __device__ __forceinline__ bool attend_span(const float* qh, const AttnSpan& sp,
     if constexpr (P > 0) {
         if (spans_short<DPL, WARPS>(sp.j1 - sp.j0)) {
             return attend_short<DPL, WARPS, P>(qh, sp, mx, total, o, pool, s_max, s_sum,
-                                               own_write);
+                                               own_write, wait_here);
         }
     }
+    if (wait_here) attend_wait<WARPS>();
     float* kept = pool;
     u32* kept_row = reinterpret_cast<u32*>(pool + KEPT);
     for (int d = threadIdx.x; d < sp.head_dim; d += WARPS * WARP_SIZE) q[d] = round_f16(qh[d]);
@@ -899,10 +936,11 @@ __device__ __forceinline__ void store_head_output(const AttnArgs& a, const Token
 // Causal attention of head th over positions j0 .. j1 - 1 (attend_span), into its output.
 template <int DPL, int WARPS>
 __device__ __forceinline__ void attend_head(const AttnArgs& a, const TokenHead& th, u32 j0,
-                                            u32 j1, OwnRowWrite own_write = NO_OWN_ROW_WRITE) {
+                                            u32 j1, OwnRowWrite own_write = NO_OWN_ROW_WRITE,
+                                            bool wait_here = false) {
     const AttnSpan sp = head_span<DPL>(a, th, j0, j1);
     float mx, total, o[DPL];
-    if (attend_span<DPL, WARPS>(a.q + th.at, sp, mx, total, o, own_write)) {
+    if (attend_span<DPL, WARPS>(a.q + th.at, sp, mx, total, o, own_write, wait_here)) {
         store_head_output<DPL>(a, th, sp, o);
     }
 }
@@ -958,21 +996,23 @@ __device__ void attend(const AttnArgs& a) {
     const TokenHead th = token_head(a, blockIdx.y, h);
     // The positions before the token's own (whose key and value this kernel writes).
     const u32 first = window_start(th.pos, a.window);
-    if (values_fit_in_l2(th.pos - first, a.n_kv_heads * a.head_dim)) {
-        prefetch_span_kv<WARPS * WARP_SIZE>(a, th, first, th.pos);
-    }
     // A span of attend_short's stores the new row as soon as its warp has loaded it, where
     // write_token_kv would load it once more after the block's sums.
     const bool short_span = ATTN_SHORT_OWN_WRITE && spans_short<DPL, WARPS>(th.pos + 1 - first);
+    // Where this kernel writes the new rows (a.knew: no kv_write before it), the rows of
+    // earlier positions come from earlier steps, and attend_short loads them before its wait.
+    const bool rows_early = ATTN_SHORT_EARLY_ROWS && short_span && a.knew != nullptr;
+    if (!rows_early && values_fit_in_l2(th.pos - first, a.n_kv_heads * a.head_dim)) {
+        prefetch_span_kv<WARPS * WARP_SIZE>(a, th, first, th.pos);
+    }
     OwnRowWrite own = NO_OWN_ROW_WRITE;
     if (short_span && a.knew != nullptr && h % (a.n_heads / a.n_kv_heads) == 0) {
         const size_t slot = kv_slot(a.tables, th.table, th.pos, a.block_size);
         own = {a.kc, a.vc, slot * a.n_kv_heads * a.head_dim + (size_t)th.kv_head * a.head_dim};
     }
-    await_previous_kernels();
-    if (WARPS > 4) let_dependents_launch();  // the few-token steps
+    if (!rows_early) attend_wait<WARPS>();
     if (short_span) {
-        attend_head<DPL, WARPS>(a, th, first, th.pos + 1, own);
+        attend_head<DPL, WARPS>(a, th, first, th.pos + 1, own, rows_early);
         return;
     }
     attend_head<DPL, WARPS>(a, th, first, th.pos + 1);
