@@ -102,7 +102,7 @@ __device__ __forceinline__ void scale_min_k4(const u8* sc, int g, int& scale, in
 // shared-memory carveout): Qwen3-0.6B Q8_0 tg128 1,446.3 / 1,448.6 -> 1,470.0 / 1,465.5 tok/s,
 // `--greedy` 1,440.1 / 1,443.9 -> 1,453.0 / 1,453.7; other models, prompts and batches not
 // measured with it yet.
-// NOTE (H200, BENCHMARKS.md 2026-11-30, evening, two rounds, against the gated GEMV's trigger
+// NOTE (H200, BENCHMARKS.md 2026-11-30, night, two rounds, against the gated GEMV's trigger
 // alone): Qwen3-0.6B Q8_0 tg128 1,459.4 / 1,459.5 -> 1,465.5 / 1,474.5 tok/s, but Q4_K_M
 // 1,481.2 / 1,483.5 -> 1,346.9 / 1,345.4, Llama-3.1-8B Q4_K_M 449.4 / 449.7 -> 416.3 / 416.0
 // and 64 sequences of Q8_0 20,138 / 20,105 -> 18,601 / 18,604. Leaving out the grids of more

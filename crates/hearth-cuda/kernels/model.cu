@@ -570,7 +570,7 @@ __device__ __forceinline__ void attend_wait() {
 // new rows itself), or after it (0). The kernel before (q/k norm and rope) lets this one launch
 // once its own wait is over, so the rows are in registers by the time the query is ready,
 // where before they were asked of L2 (prefetch_span_kv) and loaded after the wait.
-// NOTE (H200, BENCHMARKS.md 2026-11-30, evening; `binary_ab.sh`, two rounds, tok/s): Qwen3-0.6B
+// NOTE (H200, BENCHMARKS.md 2026-11-30, night; `binary_ab.sh`, two rounds, tok/s): Qwen3-0.6B
 // Q8_0 tg128 1,480.2 / 1,490.4 -> 1,497.8 / 1,498.3, `--greedy` 1,477.2 / 1,481.9 -> 1,485.9 /
 // 1,492.3, tg256 `--greedy` 1,303.6 -> 1,311.2; Q4_K_M tg128 1,492.6 / 1,488.1 -> 1,494.2 /
 // 1,478.9; 64 sequences even; Llama-3.1-8B Q4_K_M 449.2 / 449.7 -> 448.7 / 448.2. A timeline
