@@ -1105,6 +1105,13 @@ __device__ __forceinline__ float rotated_value(const float* head, int i, u32 pos
 // the q/k/v GEMV (the warp that stored a head's last rows, found through a counter a head),
 // it was slower again: 1,025-1,061 against 1,166-1,175 tok/s, Llama-3.2-1B 1,063-1,085 against
 // 1,115-1,122 (BENCHMARKS.md, 2026-11-28, later).
+// NOTE (H200, BENCHMARKS.md, 2026-11-30, night): fused into the wide attention a fifth time,
+// now that the q/k/v GEMV lets the kernel after it launch once its own wait is over
+// (gemv_q8a.cu Q8A_TRIGGER) and attention loads its earlier rows before its wait: the same
+// bits as this kernel, and Qwen3-0.6B Q8_0 tg128 1,504.5-1,504.8 -> 1,432.4-1,433.6 tok/s,
+// Q4_K_M 1,500.7-1,501.5 -> 1,392.7-1,403.0. A likely cause, not checked: its blocks of 1,024
+// threads, launched early, hold half the threads of as many multiprocessors while the q/k/v
+// GEMV runs, where this kernel's blocks are of 64.
 // NOTE (H200, BENCHMARKS.md, 2026-11-29, last): the loads below all at once after the wait
 // took Qwen3-0.6B Q8_0 tg128 `--greedy` from 1,339-1,343 to 1,353-1,358 tok/s. The same loads
 // and the angles before the wait (with rms_norm_quantize asking L2 for its weight before its
