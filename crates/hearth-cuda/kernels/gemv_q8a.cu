@@ -107,9 +107,10 @@
 // Q4_K kernel cost Qwen3-0.6B Q4_K_M 0.5% more (1,472.4 / 1,474.4 -> 1,462.1 / 1,466.4).
 // NOTE (H200, BENCHMARKS.md 2026-11-30, night), 1 -> 2: Qwen3-0.6B Q8_0 tg128 1,455.2 /
 // 1,455.5 -> 1,469.3 / 1,469.8, `--greedy` +0.8%; Q4_K_M +0.2%; 64 sequences, pp512 and a
-// 32-token prompt even; Llama-3.1-8B Q4_K_M -0.3%, inside its spread. Only the GEMVs whose rows were all staged
-// gave the same. Every kernel triggering after its wait instead (common.cuh EARLY_TRIGGER):
-// the same single streams but 64 sequences -7.5%.
+// 32-token prompt even; Llama-3.1-8B Q4_K_M -0.3%, inside its spread. Triggering only from
+// the GEMVs whose rows were all staged before the wait gave the same. Every kernel triggering
+// after its wait instead (common.cuh EARLY_TRIGGER): the same single streams, but 64
+// sequences -7.5%.
 #ifndef Q8A_TRIGGER
 #define Q8A_TRIGGER 2
 #endif
