@@ -579,6 +579,18 @@ __device__ __forceinline__ void attend_wait() {
 #define ATTN_SHORT_EARLY_ROWS 1
 #endif
 
+// Whether attend_short reads the block-table entries of all its positions before it loads
+// any row (1), or each row's entry just before that row (0). The rows are loaded before the
+// kernel's wait, where every table read that waits for the row before it adds a wait on L2
+// to what the next kernel waits for.
+// NOTE (H200, BENCHMARKS.md 2026-11-30, small hours; `binary_ab.sh`, two rounds, 0 -> 1):
+// Qwen3-0.6B Q8_0 tg128 1,501.9 / 1,498.3 -> 1,503.8 / 1,501.1 tok/s, Q4_K_M 1,506.1 / 1,506.1
+// -> 1,511.5 / 1,508.8, Llama-3.1-8B even; the Q8_0 step at the last positions of 128 (four
+// positions a warp) 690 -> 676 µs.
+#ifndef ATTN_SHORT_SLOTS_FIRST
+#define ATTN_SHORT_SLOTS_FIRST 1
+#endif
+
 // A lane's DPL f16 values of a cache row, two to a word.
 template <int DPL>
 struct LaneHalves {
@@ -683,6 +695,26 @@ __device__ __forceinline__ bool attend_short(const float* qh, const AttnSpan& sp
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const u32 n = sp.j1 - sp.j0;
     LaneHalves<DPL> kh[P], vh[P];
+#if ATTN_SHORT_SLOTS_FIRST
+    // Every position's block-table entry first, then every row: one wait on memory for the
+    // P table reads, where each row's load waited for its own. Positions past the span take
+    // the last one's slot (a valid row, its values unused), so that no branch splits the reads.
+    if (n > 0) {
+        u32 js[P], slots[P];
+#pragma unroll
+        for (int u = 0; u < P; ++u) js[u] = sp.j0 + min(warp + u * WARPS, n - 1);
+        const BlockTable table{sp.tables + sp.table, 0, sp.block_size,
+                               block_shift(sp.block_size)};
+        table.slots<P>(js, slots);
+#pragma unroll
+        for (int u = 0; u < P; ++u) {
+            if (sp.own(js[u])) continue;
+            const size_t at = (size_t)slots[u] * sp.kv_dim + sp.kv_off + sp.d0;
+            kh[u] = load_lane_halves<DPL>(sp.kc, at, nullptr, sp.d0, sp.n_mine);
+            vh[u] = load_lane_halves<DPL>(sp.vc, at, nullptr, sp.d0, sp.n_mine);
+        }
+    }
+#else
 #pragma unroll
     for (int u = 0; u < P; ++u) {
         const u32 i = warp + u * WARPS, j = sp.j0 + i;
@@ -691,6 +723,7 @@ __device__ __forceinline__ bool attend_short(const float* qh, const AttnSpan& sp
         kh[u] = load_lane_halves<DPL>(sp.kc, at, nullptr, sp.d0, sp.n_mine);
         vh[u] = load_lane_halves<DPL>(sp.vc, at, nullptr, sp.d0, sp.n_mine);
     }
+#endif
     if (wait_here) attend_wait<WARPS>();
 #pragma unroll
     for (int u = 0; u < P; ++u) {
