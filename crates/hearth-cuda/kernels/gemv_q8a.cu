@@ -173,11 +173,53 @@ __device__ __forceinline__ void copy16_async(uint4* dst, const uint4* src) {
 #endif
 }
 
+// Whether the weights the int8 GEMVs read are marked first to go from L2 (1) or cached as
+// anything else (0). A decode step streams every weight once, through L2, between two reads of
+// a layer's keys and values and of the small tensors a step passes from kernel to kernel:
+// marked so, the weights take the place of other weights in L2, not of those.
+// NOTE (H200, BENCHMARKS.md 2026-11-30, small hours; `binary_ab.sh`, two rounds, 0 -> 1, tok/s):
+// Qwen3-0.6B Q8_0 tg128 1,495.9 / 1,507.2 -> 1,549.8 / 1,536.9, `--greedy` 1,494.7 / 1,494.0 ->
+// 1,538.4 / 1,537.8; Q4_K_M tg128 1,506.7 / 1,504.8 -> 1,554.8 / 1,546.5; 64 sequences even;
+// Llama-3.1-8B Q4_K_M tg128 450.4 -> 461.1. A Q8_0 step (host clock, a probe build) took
+// 646-683 µs from the first position to the 128th, now 631-655: what grew with the span,
+// attention's loads of earlier positions' keys and values, grew less (likely: those rows now
+// stay in L2 from step to step; not checked with a profiler).
+#ifndef Q8A_WEIGHTS_EVICT_FIRST
+#define Q8A_WEIGHTS_EVICT_FIRST 1
+#endif
+
+// The L2 policy of weight loads (Q8A_WEIGHTS_EVICT_FIRST), for loads that take a cache hint.
+__device__ __forceinline__ unsigned long long weight_policy() {
+    unsigned long long p = 0;
+#if __CUDA_ARCH__ >= 800 && Q8A_WEIGHTS_EVICT_FIRST
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+    return p;
+}
+
 // As copy16_async, to the shared-memory address `dst` (a window's, worked out once for all
-// its copies rather than converted from a generic pointer at each).
+// its copies rather than converted from a generic pointer at each), a weight's bytes.
 __device__ __forceinline__ void copy16_async_shared(unsigned dst, const uint4* src) {
 #if __CUDA_ARCH__ >= 800
+#if Q8A_WEIGHTS_EVICT_FIRST
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst),
+                 "l"(src), "l"(weight_policy()));
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+#endif
+#endif
+}
+
+// 16 bytes of a weight from global memory (read-only), with weight_policy.
+__device__ __forceinline__ uint4 load_weight16(const uint4* src) {
+#if __CUDA_ARCH__ >= 800 && Q8A_WEIGHTS_EVICT_FIRST
+    uint4 v;
+    asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(src), "l"(weight_policy()));
+    return v;
+#else
+    return __ldg(src);
 #endif
 }
 
@@ -706,10 +748,10 @@ __device__ __forceinline__ void gemv_warp_rows_q4k_direct(const u8* __restrict__
 #pragma unroll
         for (int r = 0; r < ROWS_PER_WARP; ++r) {
             const u8* blk = rows[r] + (size_t)b * 144;
-            hd[r] = __ldg(reinterpret_cast<const uint4*>(blk));
+            hd[r] = load_weight16(reinterpret_cast<const uint4*>(blk));
             const uint4* qp = reinterpret_cast<const uint4*>(blk + 16 + 32 * (g >> 1));
-            qs[r][0] = __ldg(qp);
-            qs[r][1] = __ldg(qp + 1);
+            qs[r][0] = load_weight16(qp);
+            qs[r][1] = load_weight16(qp + 1);
         }
     };
     // The activations go out one step ahead too, with the weights: waiting on them at the
