@@ -4,6 +4,8 @@
 Usage: summarize_timeline.py TRACE.csv [API.csv]
   TRACE.csv  nsys stats --report cuda_gpu_trace --format csv
   API.csv    nsys stats --report cuda_api_trace --format csv (optional: the host's side)
+  STEP_SLICE (environment)  which of the summarized steps to average, as a Python slice
+             ("-32:" the last 32, e.g. the latest positions of a run; default all)
 
 Kernels are cut into steps where the GPU idled more than GAP_NS between two of them, and at
 each gate of a step queued ahead of the host (`step_gate`, which keeps the GPU busy while it
@@ -20,6 +22,7 @@ between the steps' kernels.
 """
 import collections
 import csv
+import os
 import statistics
 import sys
 
@@ -131,6 +134,8 @@ def main():
     chosen = [s for s in all_steps if len(s) == n][1:]
     names = [k[2] for k in chosen[0]]
     chosen = [s for s in chosen if [k[2] for k in s] == names]
+    cut = os.environ.get("STEP_SLICE", ":").split(":")
+    chosen = chosen[slice(*(int(c) if c else None for c in cut))]
     print(f"{len(all_steps)} steps; {len(chosen)} of {n} kernels summarized")
     spans = [s[-1][1] - s[0][0] for s in chosen]
     print(f"step: {statistics.mean(spans) / 1000:.1f} us (first start to last end)")
