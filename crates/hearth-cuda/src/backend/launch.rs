@@ -420,6 +420,10 @@ impl CudaBackend {
         // in turn and copying the next pair's weights in while it decoded the last, were no
         // faster: Qwen3-0.6B tg128 `--greedy` 1,384 either way, Llama-3.2-1B Q8_0 1,366
         // against 1,378 tok/s; asking L2 for the pair after next as well, 1,328.
+        // NOTE (H200, BENCHMARKS.md, 2026-11-30, small hours): part of the output matrix kept in
+        // L2 from step to step (an L2 set-aside for persisting accesses, its kernels launched
+        // with an access-policy window over the matrix) gained at most 0.3% with 16 MiB and
+        // lost 0.5% with 32 MiB; a set-aside of 32 MiB cost pp512 14%. Not kept.
         let blocks = (w.rows as u32).div_ceil(GEMV_WARPS * GEMV_ROWS_PER_WARP);
         let kept = st.quantized.get().is_some_and(|k| k.of == x.ptr);
         let own = crate::ops::gemv_q8a_own_kernel_name(w.ty);
