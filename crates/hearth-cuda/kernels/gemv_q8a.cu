@@ -183,7 +183,9 @@ __device__ __forceinline__ void copy16_async(uint4* dst, const uint4* src) {
 // Llama-3.1-8B Q4_K_M tg128 450.4 -> 461.1. A Q8_0 step (host clock, a probe build) took
 // 646-683 µs from the first position to the 128th, now 631-655: what grew with the span,
 // attention's loads of earlier positions' keys and values, grew less (likely: those rows now
-// stay in L2 from step to step; not checked with a profiler).
+// stay in L2 from step to step; not checked with a profiler). Long contexts even: Q8_0 tg128
+// after 2,048 and 8,192 positions 959.6 -> 960.9 and 797.3 -> 799.7, pp512 after 2,048
+// 78.2k -> 78.6k.
 #ifndef Q8A_WEIGHTS_EVICT_FIRST
 #define Q8A_WEIGHTS_EVICT_FIRST 1
 #endif
